@@ -1,0 +1,39 @@
+/**
+ * `kvcanary <command>`: dispatches to the command modules. Data goes to stdout, progress and logs to
+ * stderr. Exit codes are stable and documented in README.md:
+ *   0 pass · 1 at least one finding · 2 inconclusive · 64 bad usage · 70 internal error.
+ */
+
+export const EXIT = { pass: 0, fail: 1, inconclusive: 2, usage: 64, internal: 70 } as const;
+
+const USAGE = `usage: kvcanary <command> [options]
+
+commands:
+  run            probe one endpoint now and print the verdict
+  serve          run the scheduled prober (metrics, status page, evidence store)
+  check-config   validate a serve config file
+  report         list stored run outcomes and findings
+  engine         start the bundled reference engine (engine-under-test)
+
+kvcanary <command> --help for a command's options.`;
+
+type CommandMain = (args: string[]) => Promise<number>;
+
+const COMMANDS: Record<string, () => Promise<CommandMain>> = {
+  engine: async () => (await import('../../engine-under-test/src/cli.js')).engineMain,
+};
+
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
+    process.stderr.write(USAGE + '\n');
+    return command === undefined ? EXIT.usage : EXIT.pass;
+  }
+  const load = COMMANDS[command];
+  if (load === undefined) {
+    process.stderr.write(`kvcanary: unknown command '${command}'\n\n${USAGE}\n`);
+    return EXIT.usage;
+  }
+  const commandMain = await load();
+  return commandMain(rest);
+}
