@@ -20,6 +20,10 @@ kvcanary <command> --help for a command's options.`;
 type CommandMain = (args: string[]) => Promise<number>;
 
 const COMMANDS: Record<string, () => Promise<CommandMain>> = {
+  run: async () => (await import('./commands/run.js')).runMain,
+  serve: async () => (await import('./commands/serve.js')).serveMain,
+  'check-config': async () => (await import('./commands/check-config.js')).checkConfigMain,
+  report: async () => (await import('./commands/report.js')).reportMain,
   engine: async () => (await import('../../engine-under-test/src/cli.js')).engineMain,
 };
 

@@ -1,0 +1,112 @@
+/**
+ * The hourly token budget of one target: a sliding one-hour window of what its probes spent, plus what is
+ * reserved by probes still in flight.
+ *
+ * What a scenario run costs is max(tokens sent, tokens billed): an over-limit prompt that the endpoint
+ * rejects bills nothing yet still made it tokenize a million tokens, and a billed completion can exceed
+ * the prompt estimate.
+ *
+ * A cycle is admitted only if what its scenarios cost last time fits in what is left (capped at the hourly
+ * limit, so a cycle that once overspent still runs, at most hourly, rather than never again). Within a
+ * cycle, each scenario, as it starts, is granted a share of what is available in proportion to what it
+ * cost last time (scenarios never run yet weigh as the mean of the known ones), so the cheap introspection
+ * scenario does not take a third of the budget from the over-limit sweep. The grant is what the probe is
+ * told it may spend; what it actually spent is charged when it returns, even beyond the grant.
+ */
+
+export const WINDOW_MS = 3_600_000;
+
+export function costOf(tokens: { sent: number; billed: number }): number {
+  const c = Math.max(tokens.sent, tokens.billed);
+  return Number.isFinite(c) && c > 0 ? Math.round(c) : 0;
+}
+
+export interface Reservation {
+  readonly amount: number;
+  /** Releases the reservation and charges what was really spent at `at` (unix ms). */
+  settle(spent: number, at: number): void;
+}
+
+export class TokenBudget {
+  private spends: { at: number; tokens: number }[] = [];
+  private reserved = 0;
+  private readonly lastCost = new Map<string, number>();
+
+  constructor(private limit: number) {}
+
+  get tokensPerHour(): number { return this.limit; }
+
+  setLimit(limit: number): void { this.limit = limit; }
+
+  /** Tokens spent within the window ending at `now`. */
+  spent(now: number): number {
+    const from = now - WINDOW_MS;
+    while (this.spends.length > 0 && this.spends[0]!.at <= from) this.spends.shift();
+    let total = 0;
+    for (const s of this.spends) if (s.at <= now) total += s.tokens;
+    return total;
+  }
+
+  /** Left in the current hourly budget, ignoring reservations (what the gauge shows). */
+  remaining(now: number): number {
+    return Math.max(0, this.limit - this.spent(now));
+  }
+
+  /** Left for a new probe: remaining minus what in-flight probes hold. */
+  available(now: number): number {
+    return Math.max(0, this.limit - this.spent(now) - this.reserved);
+  }
+
+  /** Records spend without a reservation (seeding from the store after a restart). */
+  charge(tokens: number, at: number): void {
+    if (tokens <= 0) return;
+    // Keep the list ordered by time so spent() can drop expired entries from the front.
+    let i = this.spends.length;
+    while (i > 0 && this.spends[i - 1]!.at > at) i--;
+    this.spends.splice(i, 0, { at, tokens });
+  }
+
+  noteCost(scenario: string, tokens: number): void { this.lastCost.set(scenario, tokens); }
+
+  costEstimate(scenario: string): number | undefined { return this.lastCost.get(scenario); }
+
+  /** What a cycle of these scenarios is expected to cost (unknown scenarios count as 0), capped at the limit. */
+  cycleEstimate(scenarios: readonly string[]): number {
+    let total = 0;
+    for (const s of scenarios) total += this.lastCost.get(s) ?? 0;
+    return Math.min(total, this.limit);
+  }
+
+  /** Can a cycle of these scenarios start now? */
+  fits(scenarios: readonly string[], now: number): { ok: boolean; needed: number; available: number } {
+    const available = this.available(now);
+    const needed = this.cycleEstimate(scenarios);
+    return { ok: available > 0 && needed <= available, needed, available };
+  }
+
+  /** The share of what is available now for `scenario`, given the cycle's scenarios not yet started (including it). */
+  grant(scenario: string, unstarted: readonly string[], now: number): number {
+    const available = this.available(now);
+    if (available <= 0) return 0;
+    const known = unstarted.map((s) => this.lastCost.get(s)).filter((c): c is number => c !== undefined);
+    const mean = known.length > 0 ? known.reduce((a, b) => a + b, 0) / known.length : 1;
+    const weight = (s: string): number => Math.max(1, this.lastCost.get(s) ?? mean);
+    const total = unstarted.reduce((a, s) => a + weight(s), 0);
+    return Math.floor(available * (weight(scenario) / Math.max(total, weight(scenario))));
+  }
+
+  reserve(amount: number): Reservation {
+    const held = Math.max(0, amount);
+    this.reserved += held;
+    let settled = false;
+    return {
+      amount: held,
+      settle: (spent, at) => {
+        if (settled) return;
+        settled = true;
+        this.reserved -= held;
+        this.charge(spent, at);
+      },
+    };
+  }
+}

@@ -1,0 +1,89 @@
+/**
+ * `kvcanary report [--store FILE | --config FILE] [--since DURATION] [--target NAME] [--json]`: run outcomes
+ * and findings from the evidence store. Evidence printed is what the store holds: bounded and redacted.
+ */
+import { existsSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { EXIT } from '../cli.js';
+import { ConfigError, DEFAULTS, loadConfig, parseDuration } from '../config.js';
+import { SCENARIO_NAMES } from '../scenarios/index.js';
+import { openStore } from '../store.js';
+import { UsageError } from './usage.js';
+
+const USAGE = `usage: kvcanary report [--store FILE | --config FILE] [--since DURATION] [--target NAME] [--json]
+
+  --store FILE      evidence database (default ${DEFAULTS.storePath})
+  --config FILE     take the store path from a serve config
+  --since DURATION  only runs and findings newer than this (default 24h), e.g. 30m, 7d
+  --target NAME     only this target
+  --json            one JSON document on stdout`;
+
+export async function reportMain(args: string[]): Promise<number> {
+  let v;
+  try {
+    v = parseArgs({
+      args,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        store: { type: 'string' },
+        config: { type: 'string' },
+        since: { type: 'string', default: '24h' },
+        target: { type: 'string' },
+        json: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    }).values;
+    if (v.store !== undefined && v.config !== undefined) throw new UsageError('give --store or --config, not both');
+  } catch (err) {
+    process.stderr.write(`kvcanary report: ${(err as Error).message}\n\n${USAGE}\n`);
+    return EXIT.usage;
+  }
+  if (v.help) {
+    process.stderr.write(USAGE + '\n');
+    return EXIT.pass;
+  }
+  const sinceMs = parseDuration(v.since);
+  if (sinceMs === undefined) {
+    process.stderr.write(`kvcanary report: --since: expected a duration like 30m or 7d, got '${v.since}'\n`);
+    return EXIT.usage;
+  }
+  let path = v.store ?? DEFAULTS.storePath;
+  if (v.config !== undefined) {
+    try {
+      path = (await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES })).store.path;
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      process.stderr.write(err.message + '\n');
+      return EXIT.usage;
+    }
+  }
+  if (!existsSync(path)) {
+    process.stderr.write(`kvcanary report: no evidence store at ${path} (run \`kvcanary serve\` first, or pass --store)\n`);
+    return EXIT.usage;
+  }
+  const store = openStore({ path, retentionMs: Number.MAX_SAFE_INTEGER });
+  try {
+    const since = Date.now() - sinceMs;
+    const filter = { since, ...(v.target !== undefined ? { target: v.target } : {}) };
+    const runs = store.recentRuns({ ...filter, limit: 1000 });
+    const findings = store.findings({ ...filter, limit: 1000 });
+    if (v.json) {
+      process.stdout.write(JSON.stringify({ store: path, since: new Date(since).toISOString(), runs, findings }, null, 2) + '\n');
+    } else {
+      const out: string[] = [`runs since ${new Date(since).toISOString()} (${runs.length}):`];
+      for (const r of runs) {
+        out.push(`  ${r.finishedAt}  ${r.target.padEnd(16)} ${r.outcome.toUpperCase().padEnd(12)} ${r.scenarios.map((s) => `${s.name}=${s.outcome}`).join(' ')}`);
+      }
+      out.push(`findings (${findings.length}):`);
+      for (const f of findings) {
+        out.push(`  ${f.at}  ${f.target.padEnd(16)} ${f.kind} [${f.severity}] ${f.scenario}${f.evidence.match !== undefined ? `: ${f.evidence.match}` : ''}${f.chance > 0 ? ` (chance ≤ ${f.chance.toExponential(1)})` : ''}`);
+      }
+      process.stdout.write(out.join('\n') + '\n');
+    }
+    const worst = runs.some((r) => r.outcome === 'fail') ? EXIT.fail : 0;
+    return worst;
+  } finally {
+    store.close();
+  }
+}

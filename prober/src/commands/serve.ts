@@ -1,0 +1,145 @@
+/**
+ * `kvcanary serve [--config FILE] [--listen HOST:PORT]`: the scheduled prober. Without a config it runs
+ * the embedded default: the bundled engine twice (incident and remediated presets, scaled down), probed
+ * on a short schedule, so a newcomer sees a finding on one and none on the other within a minute.
+ *
+ * The first stdout line holds the status/metrics URL; each finding is printed on its own stdout line as it
+ * arrives (kind, target, severity). Logs (pino) go to stderr. SIGTERM/SIGINT drain in-flight probes and
+ * exit 0; SIGHUP reloads the config file (a bad new config keeps the old one and says so).
+ */
+import { parseArgs } from 'node:util';
+import { EXIT } from '../cli.js';
+import { ConfigError, loadConfig, parseConfig, type ServiceConfig } from '../config.js';
+import { createLogger } from '../logger.js';
+import { createMarkerRegistry } from '../marker-registry.js';
+import { createProbe } from '../probe.js';
+import type { ProbeRun } from '../result.js';
+import { createScanner } from '../scanner.js';
+import { SCENARIO_NAMES } from '../scenarios/index.js';
+import { createService, type ProbeDeps } from '../service.js';
+import { UsageError } from './usage.js';
+
+const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT]
+
+  --config FILE       YAML config of targets, schedule, budgets (see README "Config reference");
+                      without it: the embedded demo against two bundled engines
+  --listen HOST:PORT  where /metrics, /healthz and the status page are served
+                      (default 127.0.0.1:9464; port 0 picks a free one)`;
+
+export async function serveMain(args: string[]): Promise<number> {
+  let v;
+  try {
+    v = parseArgs({ args, strict: true, allowPositionals: false, options: {
+      config: { type: 'string' }, listen: { type: 'string' }, help: { type: 'boolean', short: 'h', default: false },
+    } }).values;
+    if (v.listen !== undefined && !/^[^:\s]+:\d{1,5}$/.test(v.listen)) throw new UsageError(`--listen: expected HOST:PORT, got '${v.listen}'`);
+  } catch (err) {
+    process.stderr.write(`kvcanary serve: ${(err as Error).message}\n\n${USAGE}\n`);
+    return EXIT.usage;
+  }
+  if (v.help) {
+    process.stderr.write(USAGE + '\n');
+    return EXIT.pass;
+  }
+
+  const engines: Array<{ close(): Promise<void> }> = [];
+  let config: ServiceConfig;
+  try {
+    if (v.config !== undefined) {
+      config = await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES });
+    } else {
+      const demo = await embeddedDemo();
+      engines.push(...demo.engines);
+      config = parseConfig(demo.yaml, { knownScenarios: SCENARIO_NAMES });
+    }
+    if (v.listen !== undefined) {
+      const i = v.listen.lastIndexOf(':');
+      config = { ...config, listen: { host: v.listen.slice(0, i), port: Number(v.listen.slice(i + 1)) } };
+    }
+  } catch (err) {
+    await Promise.all(engines.map((e) => e.close()));
+    if (err instanceof ConfigError) {
+      process.stderr.write(err.message + '\n');
+      return EXIT.usage;
+    }
+    throw err;
+  }
+
+  const logger = createLogger({ level: config.log.level, destination: process.stderr });
+  const service = await createService({
+    config,
+    logger,
+    createProbe: ({ store, logger: log, config: current }) => {
+      const registry = createMarkerRegistry();
+      const since = Date.now() - current().store.retentionMs;
+      registry.add(store.loadMarkers(since));
+      return createProbe({
+        registry,
+        scanner: createScanner(registry),
+        onMarkers: (rows) => store.recordMarkers(rows),
+        progress: (m) => log.debug({ progress: m }, 'probe progress'),
+      });
+    },
+    onRun: (run) => printFindings(run),
+  } satisfies Parameters<typeof createService>[0] & { createProbe: (d: ProbeDeps) => unknown });
+  process.stdout.write(`kvcanary serving ${service.url} (metrics ${service.url}metrics)\n`);
+
+  return await new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string): void => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, 'draining in-flight probes');
+      void service
+        .stop()
+        .then(() => Promise.all(engines.map((e) => e.close())))
+        .then(() => resolve(EXIT.pass), (err) => {
+          logger.error({ err }, 'shutdown failed');
+          resolve(EXIT.internal);
+        });
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+    process.on('SIGHUP', () => {
+      if (v.config === undefined) {
+        logger.warn('SIGHUP: no config file to reload (embedded demo)');
+        return;
+      }
+      loadConfig(v.config, { knownScenarios: SCENARIO_NAMES }).then(
+        (next) => {
+          service.reload(next);
+          logger.info({ targets: next.targets.map((t) => t.name) }, 'config reloaded');
+        },
+        (err) => logger.error({ err: err instanceof ConfigError ? err.message : String(err) }, 'config reload failed: keeping the old config'),
+      );
+    });
+  });
+}
+
+function printFindings(run: ProbeRun): void {
+  for (const s of run.scenarios) {
+    for (const f of s.findings) {
+      process.stdout.write(`FINDING ${f.kind} target=${run.target} severity=${f.severity} scenario=${f.scenario}${f.evidence.match !== undefined ? ` match=${JSON.stringify(f.evidence.match.slice(0, 60))}` : ''}\n`);
+    }
+  }
+}
+
+/** Two bundled engines (scaled incident and remediated presets) and a config probing both. */
+async function embeddedDemo(): Promise<{ engines: Array<{ close(): Promise<void> }>; yaml: string }> {
+  const { startEngine } = await import('../../../engine-under-test/src/start.js');
+  const incident = await startEngine({ preset: 'incident', scale: 64, port: 0 });
+  const remediated = await startEngine({ preset: 'remediated', scale: 64, port: 0 });
+  const yaml = `# embedded demo: the bundled engine, incident and remediated presets at 1/64 scale
+listen: 127.0.0.1:9464
+store: { path: ./.kvcanary/demo.sqlite, retention: 1d }
+schedule: { interval: 30s, timeout: 25s, jitter: 2s }
+budget: { tokens_per_hour: 50000000 }
+concurrency: { global: 2, per_target: 1 }
+targets:
+  - name: engine-incident
+    base_url: ${incident.url}
+  - name: engine-remediated
+    base_url: ${remediated.url}
+`;
+  return { engines: [incident, remediated], yaml };
+}

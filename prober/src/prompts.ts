@@ -1,0 +1,109 @@
+/**
+ * Prompt builders: planters dense with canary markers, readers that cue a copy of whatever the attention
+ * covers, and over-limit prompts sized to a token count on a tokenizer we do not know.
+ *
+ * Sizing: the filler is one fixed paragraph repeated, so every tokenizer maps it to a constant number of
+ * tokens per repetition plus a constant overhead (template, BOS, the cue). Two measurements — via the
+ * endpoint's /tokenize where it has one, otherwise `usage.prompt_tokens` of a one-token completion — fix
+ * that line, and the repetition count for a target follows. Big prompts are never materialised: a
+ * PromptSource yields the repetitions lazily and the client streams them into the request body.
+ */
+
+/** The text every marker starts with; ending a prompt with it invites a copy of whatever follows it in the KV the model attends over. */
+export const MARKER_CUE = 'kvcanary-';
+
+/** A prompt the client can stream without holding it whole. */
+export interface PromptSource {
+  totalChars: number;
+  chunks(): Iterable<string>;
+}
+
+const FILLER =
+  'The committee reviewed the quarterly figures for the northern region and agreed that the ' +
+  'warehouse schedule should move to a weekly rhythm, with deliveries grouped by district so that ' +
+  'drivers spend less time waiting at the loading bay. Several members asked for the maintenance ' +
+  'budget to be split between the older vehicles and the new refrigerated units, and the chair noted ' +
+  'that the spring inspection would settle the question. ';
+
+const OVERLIMIT_HEADER = 'Summarise the following meeting notes.\n\n';
+const READER_HEADER = 'Here is a reference code from our records: ';
+
+export function repeatedSource(header: string, unit: string, repetitions: number, trailer: string): PromptSource {
+  return {
+    totalChars: header.length + unit.length * repetitions + trailer.length,
+    *chunks() {
+      yield header;
+      // Batch repetitions into ~64 KiB strings: few chunks, bounded memory.
+      const perChunk = Math.max(1, Math.floor(65_536 / unit.length));
+      const block = unit.repeat(Math.min(perChunk, Math.max(repetitions, 1)));
+      let left = repetitions;
+      while (left >= perChunk) {
+        yield block;
+        left -= perChunk;
+      }
+      if (left > 0) yield unit.repeat(left);
+      yield trailer;
+    },
+  };
+}
+
+export function sourceText(source: PromptSource): string {
+  return Array.from(source.chunks()).join('');
+}
+
+/** An over-limit (or near-limit) prompt of `repetitions` filler paragraphs, ending with the marker cue. */
+export function overlimitPrompt(repetitions: number): PromptSource {
+  return repeatedSource(OVERLIMIT_HEADER, FILLER, repetitions, `\n\nQuote the reference code: ${MARKER_CUE}`);
+}
+
+/**
+ * A planter: `count` markers separated by spaces, so every KV page it fills carries marker text, then the
+ * cue, so that an endpoint that copies at all echoes one of its own markers (the self-echo control).
+ */
+export function planterPrompt(markers: readonly string[]): string {
+  return `Keep these reference codes on file: ${markers.join(' ')}\nQuote one reference code: ${MARKER_CUE}`;
+}
+
+/** A short reader: no markers of its own, ends with the cue. Anything marker-like it returns came from elsewhere. */
+export function readerPrompt(padRepetitions = 1): string {
+  return READER_HEADER + FILLER.repeat(padRepetitions) + `\nQuote the reference code: ${MARKER_CUE}`;
+}
+
+/** Characters one marker occupies in a planter (marker plus separator). */
+export function markerStride(sampleMarker: string): number {
+  return sampleMarker.length + 1;
+}
+
+/** tokens = overhead + perRepetition × repetitions, fitted from two measured points. */
+export interface TokenLine {
+  overhead: number;
+  perRepetition: number;
+  /** How the line was measured: 'tokenize' (the endpoint's tokenizer) or 'usage' (billed prompt tokens). */
+  via: 'tokenize' | 'usage';
+}
+
+export type TokenCounter = (source: PromptSource) => Promise<number | undefined>;
+
+/** Calibrate the over-limit prompt family with two probes of different sizes. */
+export async function calibrate(
+  count: TokenCounter,
+  via: TokenLine['via'],
+  build: (repetitions: number) => PromptSource = overlimitPrompt,
+  points: readonly [number, number] = [2, 18],
+): Promise<TokenLine | undefined> {
+  const [r1, r2] = points;
+  const t1 = await count(build(r1));
+  const t2 = await count(build(r2));
+  if (t1 === undefined || t2 === undefined || t2 <= t1) return undefined;
+  const perRepetition = (t2 - t1) / (r2 - r1);
+  return { overhead: t1 - perRepetition * r1, perRepetition, via };
+}
+
+/** Repetitions whose prompt is closest to `targetTokens` (never below 1). */
+export function repetitionsFor(line: TokenLine, targetTokens: number): number {
+  return Math.max(1, Math.round((targetTokens - line.overhead) / line.perRepetition));
+}
+
+export function tokensFor(line: TokenLine, repetitions: number): number {
+  return Math.round(line.overhead + line.perRepetition * repetitions);
+}

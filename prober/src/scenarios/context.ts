@@ -1,0 +1,65 @@
+/**
+ * What a scenario gets to work with. Built once per probe cycle by probe.ts; scenarios never reach for
+ * the store, metrics or logger: they return a ScenarioResult and report progress through a callback.
+ */
+import type { MarkerEntry, MarkerRegistry } from '../marker-registry.js';
+import type { Scanner } from '../scanner.js';
+import type { TargetClient } from '../target/client.js';
+import type { Introspection } from '../target/introspect.js';
+import type { TokenLine } from '../prompts.js';
+
+/** One identity the prober sends as: its own client (API key, headers) and body extras (cache_salt). */
+export interface Tenant {
+  name: string;
+  client: TargetClient;
+  extraBody: Record<string, unknown>;
+}
+
+/** Knobs a user can set per probe; every field has a default suited to a scaled test endpoint. */
+export interface ProbeTuning {
+  /** Prompt tokens per planter. @default min(4096, pool/4) when the pool is known, else 2048 */
+  planterTokens?: number;
+  /** Planted tokens per overlimit-handoff cycle. @default the pool capacity when known, else 4 planters */
+  plantTokens?: number;
+  /** abort-race rounds per cycle. @default 4 */
+  abortRounds?: number;
+  /** Generated tokens asked of readers and planters. @default 48 */
+  readerMaxTokens?: number;
+  /** Sizes (fractions of the context limit) swept when the pool is not exposed. @default [0.5, 0.75, 0.95] */
+  sweep?: number[];
+  /** Use the chat API instead of legacy completions. @default false */
+  chat?: boolean;
+}
+
+/** Tokens the cycle may still spend; scenarios check before each request and stop (inconclusive) when out. */
+export interface TokenBudget {
+  remaining(): number;
+  /** Record spending; returns false if the spend exceeded what was left. */
+  spend(tokens: number): boolean;
+}
+
+export interface ScenarioContext {
+  runId: string;
+  target: string;
+  model: string;
+  api: 'completions' | 'chat';
+  /** At least one; the first is the default identity. */
+  tenants: Tenant[];
+  introspection: Introspection;
+  registry: MarkerRegistry;
+  scanner: Scanner;
+  signal: AbortSignal;
+  budget: TokenBudget;
+  tuning: ProbeTuning;
+  /** Calibrated over-limit prompt line, shared by scenarios of one cycle (computed on first use). */
+  calibration: { line?: TokenLine | undefined; tried: boolean };
+  /** Called with markers after they are registered and before the request carrying them is sent (persist them). */
+  onMarkers: (entries: MarkerEntry[]) => void;
+  progress: (message: string) => void;
+  /** Milliseconds, for durations. */
+  now: () => number;
+  /** Fresh request id. */
+  newRequestId: (role: string) => string;
+}
+
+export type Scenario = (ctx: ScenarioContext) => Promise<import('../result.js').ScenarioResult>;

@@ -1,0 +1,110 @@
+/**
+ * One request to the target, scanned as it streams. Every response of every role goes through the
+ * scanner: a leak can surface in a planter or a control as well as in a reader.
+ */
+import { makeFinding, type Finding } from '../findings.js';
+import type { RequestRecord } from '../result.js';
+import type { MarkerMatch } from '../scanner.js';
+import type { AbortAfter, CompletionResult, Prompt } from '../target/client.js';
+import type { ScenarioContext, Tenant } from './context.js';
+
+export interface ExchangeSpec {
+  role: string;
+  tenant?: Tenant;
+  prompt: Prompt;
+  /** The prober's estimate of the prompt's tokens (for budgets and records). */
+  promptTokens: number;
+  maxTokens: number;
+  stream?: boolean;
+  abortAfter?: AbortAfter;
+  requestId?: string;
+  extraBody?: Record<string, unknown>;
+}
+
+export interface Exchange {
+  requestId: string;
+  tenant: string;
+  result: CompletionResult;
+  record: RequestRecord;
+  /** Foreign matches only (self-echo is kept apart). */
+  foreign: MarkerMatch[];
+  selfEcho: number;
+}
+
+/** Sends one request unless the budget or the cycle's signal says stop; undefined means not sent. */
+export async function exchange(ctx: ScenarioContext, spec: ExchangeSpec): Promise<Exchange | undefined> {
+  if (ctx.signal.aborted) return undefined;
+  if (!ctx.budget.spend(spec.promptTokens + spec.maxTokens)) return undefined;
+  const tenant = spec.tenant ?? ctx.tenants[0]!;
+  const requestId = spec.requestId ?? ctx.newRequestId(spec.role);
+  const session = ctx.scanner.open({ requestId, tenant: tenant.name, role: spec.role, runId: ctx.runId });
+  const abortAfter = spec.abortAfter ?? ctx.signal;
+  const result = await tenant.client.complete({
+    api: ctx.api,
+    model: ctx.model,
+    prompt: spec.prompt,
+    maxTokens: spec.maxTokens,
+    temperature: 0,
+    stream: spec.stream ?? true,
+    extraBody: { ...tenant.extraBody, ...spec.extraBody, ...(spec.stream ?? true ? { stream_options: { include_usage: true } } : {}) },
+    abortAfter,
+    onText: (chunk) => session.push(chunk),
+  });
+  const matches = session.end();
+  const record: RequestRecord = {
+    requestId,
+    role: spec.role,
+    tenant: tenant.name,
+    transport: result.transport,
+    promptTokens: spec.promptTokens,
+    latencyMs: Math.round(result.latencyMs),
+    ...(result.status !== undefined ? { status: result.status } : {}),
+    ...(result.usage !== undefined
+      ? {
+          usagePromptTokens: result.usage.promptTokens,
+          usageCompletionTokens: result.usage.completionTokens,
+          ...(result.usage.cachedTokens !== undefined ? { cachedTokens: result.usage.cachedTokens } : {}),
+        }
+      : {}),
+    ...(result.ttftMs !== undefined ? { ttftMs: Math.round(result.ttftMs) } : {}),
+    ...(result.finishReason !== undefined ? { finishReason: result.finishReason } : {}),
+    ...(result.errorBody !== undefined ? { error: result.errorBody.slice(0, 300) } : result.detail !== undefined && result.transport !== 'ok' ? { error: result.detail.slice(0, 300) } : {}),
+  };
+  return {
+    requestId,
+    tenant: tenant.name,
+    result,
+    record,
+    foreign: matches.filter((m) => m.foreign),
+    selfEcho: matches.filter((m) => m.self).length,
+  };
+}
+
+/** One cross-request-leak finding per foreign marker seen in a response (its longest match stands for it). */
+export function leakFindings(scenario: string, ex: Exchange): Finding[] {
+  const best = new Map<string, MarkerMatch>();
+  for (const m of ex.foreign) {
+    const prev = best.get(m.marker);
+    if (prev === undefined || m.length > prev.length) best.set(m.marker, m);
+  }
+  return [...best.values()].map((m) =>
+    makeFinding(
+      'cross-request-leak',
+      scenario,
+      {
+        match: m.fragment,
+        excerpt: m.excerpt,
+        planted: { runId: m.owner.runId, requestId: m.owner.requestId, role: m.owner.role, tenant: m.owner.tenant, at: m.owner.plantedAt },
+        read: { requestId: ex.requestId, role: ex.record.role, tenant: ex.tenant, ...(ex.result.status !== undefined ? { status: ex.result.status } : {}) },
+        facts: { exact: m.exact, matchedChars: m.length, bodyOffset: m.bodyOffset, prefixed: m.prefixed },
+      },
+      m.chance,
+    ),
+  );
+}
+
+/** Billed tokens as the endpoint reported them (0 where it reported none). */
+export function billed(ex: Exchange | undefined): number {
+  const u = ex?.result.usage;
+  return u === undefined ? 0 : u.promptTokens + u.completionTokens;
+}

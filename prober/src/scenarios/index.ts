@@ -1,0 +1,13 @@
+/** The scenario registry: names are part of the CLI and config surface. */
+import { abortRace, ABORT_RACE } from './abort-race.js';
+import { capacityAudit, CAPACITY_AUDIT } from './capacity-audit.js';
+import type { Scenario } from './context.js';
+import { overlimitHandoff, OVERLIMIT_HANDOFF } from './overlimit-handoff.js';
+
+export const SCENARIOS: Readonly<Record<string, Scenario>> = {
+  [CAPACITY_AUDIT]: capacityAudit,
+  [OVERLIMIT_HANDOFF]: overlimitHandoff,
+  [ABORT_RACE]: abortRace,
+};
+
+export const SCENARIO_NAMES: readonly string[] = Object.keys(SCENARIOS);

@@ -1,0 +1,169 @@
+/**
+ * overlimit-handoff: the incident. Plant markers in prompts that fill KV pages and let them finish; then
+ * send prompts the endpoint must reject — between the KV pool and the context limit where the pool is
+ * exposed and smaller, and beyond the context limit — each ending with the marker cue.
+ *
+ * Judged by what happened, never by the absence of an error: a clean rejection is a 4xx with an error
+ * body and no generated text. A 200 with generated text on a prompt that had to be rejected is
+ * `rejection-not-enforced`, marker or not (on a busy endpoint the stale pages it read are more likely other
+ * customers' than ours). Any foreign marker anywhere is `cross-request-leak`. 5xx, timeouts, resets and
+ * unrecognised 4xx (auth, rate limits) leave the scenario inconclusive.
+ *
+ * Where the pool is not exposed, a sweep of sizes below the context limit (within the budget) stands in
+ * for "between": those prompts are legal, so a 200 is expected and only their markers are judged.
+ */
+import { makeFinding } from '../findings.js';
+import { overlimitPrompt, repetitionsFor, tokensFor } from '../prompts.js';
+import type { ScenarioResult } from '../result.js';
+import { rejectionOf } from '../target/rejection.js';
+import { tokenLine } from './calibration.js';
+import type { ScenarioContext } from './context.js';
+import type { Exchange } from './exchange.js';
+import { exchange } from './exchange.js';
+import { initialSizing, plant } from './planting.js';
+import { ResultBuilder } from './result-builder.js';
+
+export const OVERLIMIT_HANDOFF = 'overlimit-handoff';
+
+interface LimitProbe {
+  label: 'between-pool-and-context' | 'beyond-context' | `sweep-${number}`;
+  tokens: number;
+  mustReject: boolean;
+}
+
+const REJECTION_STATUSES = new Set([400, 413, 422]);
+
+export async function overlimitHandoff(ctx: ScenarioContext): Promise<ScenarioResult> {
+  const out = new ResultBuilder(OVERLIMIT_HANDOFF, ctx);
+  const { contextTokens, poolTokens, reachable } = ctx.introspection;
+  const maxTokens = ctx.tuning.readerMaxTokens ?? 48;
+  if (!reachable) {
+    out.note('endpoint unreachable');
+    return out.finish('inconclusive');
+  }
+  if (contextTokens === undefined) {
+    out.note('the endpoint advertises no context limit: over-limit prompts cannot be sized');
+    return out.finish('inconclusive');
+  }
+  const line = await tokenLine(ctx, (ex) => out.add(ex));
+  if (line === undefined) {
+    out.note('could not calibrate prompt sizes (no /tokenize and no usage.prompt_tokens)');
+    return out.finish('inconclusive');
+  }
+  out.note(`calibrated via ${line.via}: ${line.perRepetition.toFixed(2)} tokens per filler paragraph + ${line.overhead.toFixed(0)}`);
+
+  // Plant: enough marker-dense pages that the pages an over-limit request inherits are likely ours.
+  const planterTokens = ctx.tuning.planterTokens ?? defaultPlanterTokens(poolTokens, contextTokens);
+  const plantTokens = ctx.tuning.plantTokens ?? poolTokens ?? planterTokens * 4;
+  const sizing = initialSizing();
+  let planted = 0;
+  let plantersOk = 0;
+  for (let sent = 0; sent < plantTokens && !ctx.signal.aborted; sent += planterTokens) {
+    const { ex } = await plant(ctx, sizing, { tokens: Math.min(planterTokens, plantTokens - sent), maxTokens: 8 });
+    if (out.add(ex) === undefined) break;
+    planted += ex!.record.usagePromptTokens ?? ex!.record.promptTokens ?? 0;
+    if (ex!.result.transport === 'ok') plantersOk++;
+  }
+  out.note(`planted ${plantersOk} prompt(s), about ${planted} tokens of markers`);
+
+  const probes = limitProbes(contextTokens, poolTokens, maxTokens, ctx.tuning.sweep ?? [0.5, 0.75, 0.95]);
+  let undecided = 0;
+  let rejected = 0;
+  for (const probe of probes) {
+    const reps = repetitionsFor(line, probe.tokens);
+    const ex = out.add(
+      await exchange(ctx, { role: probe.mustReject ? 'overlimit' : 'sweep', prompt: overlimitPrompt(reps), promptTokens: tokensFor(line, reps), maxTokens, stream: true }),
+    );
+    if (ex === undefined) {
+      out.note(`${probe.label}: not sent (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
+      undecided++;
+      continue;
+    }
+    const verdict = judge(probe, ex, contextTokens, poolTokens);
+    out.note(`${probe.label} (~${tokensFor(line, reps)} tokens): ${verdict.note}`);
+    if (verdict.finding) out.findings.push(verdict.finding);
+    if (verdict.state === 'undecided') undecided++;
+    if (verdict.state === 'rejected') rejected++;
+  }
+
+  if (plantersOk === 0) {
+    out.note('no planter was accepted: nothing to leak, isolation not established');
+    return out.finish('inconclusive');
+  }
+  if (undecided > 0) return out.finish('inconclusive');
+  if (rejected === 0) out.note('no prompt that had to be rejected was sent');
+  return out.finish(rejected > 0 ? 'pass' : 'inconclusive');
+}
+
+function defaultPlanterTokens(pool: number | undefined, context: number): number {
+  return Math.max(256, Math.min(4096, Math.floor((pool ?? context) / 4)));
+}
+
+export function limitProbes(context: number, pool: number | undefined, maxTokens: number, sweep: number[]): LimitProbe[] {
+  const margin = Math.max(16, Math.ceil(context * 0.02));
+  const probes: LimitProbe[] = [];
+  if (pool !== undefined) {
+    const lo = pool + margin;
+    const hi = context - maxTokens - margin;
+    if (lo < hi) probes.push({ label: 'between-pool-and-context', tokens: Math.floor((lo + hi) / 2), mustReject: true });
+  } else {
+    for (const f of sweep) probes.push({ label: `sweep-${f}`, tokens: Math.floor(context * f) - maxTokens, mustReject: false });
+  }
+  probes.push({ label: 'beyond-context', tokens: context + margin, mustReject: true });
+  return probes;
+}
+
+interface Verdict {
+  state: 'rejected' | 'served' | 'undecided' | 'leaked';
+  note: string;
+  finding?: ReturnType<typeof makeFinding>;
+}
+
+function judge(probe: LimitProbe, ex: Exchange, context: number, pool: number | undefined): Verdict {
+  const r = ex.result;
+  const facts = {
+    probe: probe.label,
+    promptTokensEstimated: probe.tokens,
+    contextTokens: context,
+    poolTokens: pool ?? null,
+    status: r.status ?? null,
+    generatedChars: r.generatedChars,
+    finishReason: r.finishReason ?? null,
+    usagePromptTokens: r.usage?.promptTokens ?? null,
+    usageCompletionTokens: r.usage?.completionTokens ?? null,
+  };
+  if (r.status !== undefined && r.status >= 200 && r.status < 300 && r.generatedChars > 0 && !r.errorInStream) {
+    if (!probe.mustReject) return { state: 'served', note: `served (${r.status}, ${r.generatedChars} chars), legal size` };
+    return {
+      state: 'served',
+      note: `answered ${r.status} with ${r.generatedChars} generated chars: rejection not enforced`,
+      finding: makeFinding('rejection-not-enforced', OVERLIMIT_HANDOFF, {
+        match: `${probe.label}: HTTP ${r.status} with generated text`,
+        read: { requestId: ex.requestId, role: ex.record.role, tenant: ex.tenant, status: r.status },
+        facts,
+      }),
+    };
+  }
+  if (r.transport === 'http-4xx' && r.status !== undefined && REJECTION_STATUSES.has(r.status) && r.generatedChars === 0) {
+    const rej = rejectionOf(r);
+    return { state: 'rejected', note: `rejected ${r.status}${rej.overLimit ? ` (${rej.dialect}${rej.limit !== undefined ? `, limit ${rej.limit}` : ''})` : ' (error text not recognised as a length limit)'}` };
+  }
+  if (r.status !== undefined && r.status >= 200 && r.status < 300 && r.errorInStream && r.generatedChars === 0) {
+    return { state: 'rejected', note: `rejected inside a ${r.status} stream: ${(r.errorBody ?? '').slice(0, 120)}` };
+  }
+  if (r.status !== undefined && r.status >= 200 && r.status < 300 && r.generatedChars === 0 && r.transport === 'ok') {
+    // A 200 with nothing generated is not a rejection a client can rely on.
+    return probe.mustReject
+      ? {
+          state: 'served',
+          note: `answered ${r.status} with no text (finish_reason ${r.finishReason ?? 'none'}): rejection not enforced`,
+          finding: makeFinding('rejection-not-enforced', OVERLIMIT_HANDOFF, {
+            match: `${probe.label}: HTTP ${r.status} without an error`,
+            read: { requestId: ex.requestId, role: ex.record.role, tenant: ex.tenant, status: r.status },
+            facts,
+          }),
+        }
+      : { state: 'served', note: `served ${r.status} with no text` };
+  }
+  return { state: 'undecided', note: `${r.transport}${r.status !== undefined ? ` ${r.status}` : ''}${r.detail !== undefined ? ` (${r.detail.slice(0, 80)})` : ''}: cannot judge` };
+}

@@ -1,0 +1,49 @@
+/** Accumulates one scenario's requests, findings and notes, and decides nothing: the scenario sets the outcome. */
+import type { Finding } from '../findings.js';
+import type { Outcome, ScenarioResult } from '../result.js';
+import type { Exchange } from './exchange.js';
+import { billed, leakFindings } from './exchange.js';
+import type { ScenarioContext } from './context.js';
+
+export class ResultBuilder {
+  readonly findings: Finding[] = [];
+  readonly notes: string[] = [];
+  readonly exchanges: Exchange[] = [];
+  readonly #start: number;
+
+  constructor(
+    readonly name: string,
+    private readonly ctx: ScenarioContext,
+  ) {
+    this.#start = ctx.now();
+  }
+
+  /** Records an exchange and turns any foreign marker in it into a finding. */
+  add(ex: Exchange | undefined): Exchange | undefined {
+    if (ex === undefined) return undefined;
+    this.exchanges.push(ex);
+    this.findings.push(...leakFindings(this.name, ex));
+    return ex;
+  }
+
+  note(line: string): void {
+    this.notes.push(line);
+    this.ctx.progress(`${this.name}: ${line}`);
+  }
+
+  finish(outcomeIfClean: Exclude<Outcome, 'fail'>): ScenarioResult {
+    const outcome: Outcome = this.findings.length > 0 ? 'fail' : outcomeIfClean;
+    return {
+      name: this.name,
+      outcome,
+      findings: this.findings,
+      requests: this.exchanges.map((e) => e.record),
+      notes: this.notes,
+      tokens: {
+        sent: this.exchanges.reduce((n, e) => n + (e.record.promptTokens ?? 0), 0),
+        billed: this.exchanges.reduce((n, e) => n + billed(e), 0),
+      },
+      durationMs: Math.round(this.ctx.now() - this.#start),
+    };
+  }
+}
