@@ -145,7 +145,7 @@ const HEADER_NAME_RE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 /** Header names whose values are credentials: kept out of logs, metrics and the store like API keys. */
 const SECRET_HEADER_RE = /authorization|api[-_]?key|token|secret|cookie|password/i;
 /** Set by the client itself from the body or api_key_env; a config value would conflict or hold a key. */
-const RESERVED_HEADERS = new Set(['authorization', 'host', 'content-length', 'content-type', 'transfer-encoding', 'connection']);
+const RESERVED_HEADERS = new Set(['authorization', 'host', 'content-length', 'content-type', 'transfer-encoding', 'connection', 'accept-encoding']);
 
 /** Timers cannot wait longer than 2^31-1 ms (about 24.8 days): Node would fire them at once instead. */
 const MAX_DURATION_MS = 7 * 86_400_000;

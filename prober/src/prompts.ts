@@ -9,14 +9,13 @@
  * PromptSource yields the repetitions lazily and the client streams them into the request body.
  */
 
+import type { PromptSource as TargetPromptSource } from './target/prompt-body.js';
+
 /** The text every marker starts with; ending a prompt with it invites a copy of whatever follows it in the KV the model attends over. */
 export const MARKER_CUE = 'kvcanary-';
 
-/** A prompt the client can stream without holding it whole. */
-export interface PromptSource {
-  totalChars: number;
-  chunks(): Iterable<string>;
-}
+/** A prompt the client can stream without holding it whole (chunks() must yield the same text each call). */
+export type PromptSource = Required<Pick<TargetPromptSource, 'totalChars'>> & TargetPromptSource;
 
 const FILLER =
   'The committee reviewed the quarterly figures for the northern region and agreed that the ' +

@@ -38,7 +38,7 @@ export async function exchange(ctx: ScenarioContext, spec: ExchangeSpec): Promis
   const tenant = spec.tenant ?? ctx.tenants[0]!;
   const requestId = spec.requestId ?? ctx.newRequestId(spec.role);
   const session = ctx.scanner.open({ requestId, tenant: tenant.name, role: spec.role, runId: ctx.runId });
-  const abortAfter = spec.abortAfter ?? ctx.signal;
+  const abortAfter = { ...spec.abortAfter, signal: ctx.signal };
   const result = await tenant.client.complete({
     api: ctx.api,
     model: ctx.model,

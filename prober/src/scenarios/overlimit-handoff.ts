@@ -132,7 +132,8 @@ function judge(probe: LimitProbe, ex: Exchange, context: number, pool: number | 
     usagePromptTokens: r.usage?.promptTokens ?? null,
     usageCompletionTokens: r.usage?.completionTokens ?? null,
   };
-  if (r.status !== undefined && r.status >= 200 && r.status < 300 && r.generatedChars > 0 && !r.errorInStream) {
+  if (r.status !== undefined && r.status >= 200 && r.status < 300 && r.generatedChars > 0) {
+    // Text was generated: an error event after it does not undo that (SGLang #33507's 200s).
     if (!probe.mustReject) return { state: 'served', note: `served (${r.status}, ${r.generatedChars} chars), legal size` };
     return {
       state: 'served',

@@ -33,6 +33,9 @@ export class ResultBuilder {
 
   finish(outcomeIfClean: Exclude<Outcome, 'fail'>): ScenarioResult {
     const outcome: Outcome = this.findings.length > 0 ? 'fail' : outcomeIfClean;
+    const echoed = this.exchanges.filter((e) => e.selfEcho > 0).length;
+    // The copy control: an endpoint that never echoes its own markers may not copy leaked ones either.
+    if (this.exchanges.length > 0) this.notes.push(`self-echo: ${echoed} of ${this.exchanges.length} responses repeated their own markers`);
     return {
       name: this.name,
       outcome,

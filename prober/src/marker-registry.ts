@@ -1,0 +1,460 @@
+/**
+ * The marker registry: who planted each marker (run, request, role, tenant, time), and an index from
+ * every FRAG-character window of every body to the marker it belongs to, so the scanner attributes any
+ * text position with one hash probe whatever the number of live markers.
+ *
+ * Design:
+ * - Register before sending. `plant()` draws a marker and records its owner in one step; the caller
+ *   persists `rows()`/the returned entry (the store's `recordMarkers`) before the request leaves.
+ *   `add(rows)` reloads earlier runs' markers so late leaks are attributed; `forget(olderThan)` retires them.
+ * - Window index. A window of FRAG <= 12 base32 characters is at most 60 bits, held as two int32 lanes:
+ *   `lo` = its last 6 characters (30 bits), `hi` = the ones before. The scanner rolls both lanes across
+ *   the text one character at a time, so a probe costs a multiply, a shift and a typed-array read, with no
+ *   string built per position. The table is open addressing with linear probing over typed arrays (`los`,
+ *   `refs`), at most half full; the home slot is a Fibonacci hash of `lo`. Bodies are uniformly random, so
+ *   registered keys spread evenly whatever text is probed. `hi` is not stored: on the rare `lo` match it
+ *   is checked against the body bytes. Deletion is backward-shift (no tombstones), so a table that has
+ *   forgotten millions of markers probes as fast as a fresh one.
+ * - Memory is bounded per live marker: 26 body bytes, (27 - FRAG) windows x 2 slots x 8 bytes of table
+ *   (240 bytes at FRAG 12), one frozen entry object and one Map entry. The bench prints the measured figure.
+ * - A window may belong to several markers (chance collisions are allowed, never assumed away): every slot
+ *   holding the key is a hit.
+ */
+import {
+  MARKER_BODY_LENGTH,
+  MARKER_PREFIX,
+  MarkerError,
+  base32Value,
+  createRandomPool,
+  generateMarker,
+  isMarker,
+  markerBody,
+  type RandomFill,
+} from './markers.js';
+
+/** Who planted a marker. Plain strings so rows round-trip through JSON and SQLite unchanged. */
+export interface MarkerOwner {
+  runId: string;
+  requestId: string;
+  /** planter | reader | overlimit | control | ... */
+  role: string;
+  tenant: string;
+  /** ISO 8601 timestamp (normalised with `toISOString()`). */
+  plantedAt: string;
+}
+
+/** One registry row: a marker and its owner. */
+export interface MarkerEntry extends MarkerOwner {
+  /** The full marker, lowercase, with its `kvcanary-` prefix. */
+  marker: string;
+}
+
+/** What `plant` needs; `plantedAt` defaults to the registry's clock. */
+export type PlantRequest = Omit<MarkerOwner, 'plantedAt'> & { plantedAt?: string | Date };
+
+export interface MarkerRegistryOptions {
+  /**
+   * Shortest body fragment (characters) that is looked up and reported. 12 characters = 60 bits.
+   * From 8 to 12: two 30-bit lanes hold at most 12, and below 8 chance matches become likely.
+   * @default 12
+   */
+  fragmentLength?: number;
+  /** Clock for `plant` when no `plantedAt` is given. @default () => new Date() */
+  now?: () => Date;
+  /** Random source for new markers. @default a per-registry pool over node:crypto randomFillSync */
+  random?: RandomFill;
+}
+
+/** A window of text that agrees with `entry`'s body starting at body character `offset`. */
+export interface WindowHit {
+  entry: MarkerEntry;
+  offset: number;
+}
+
+/**
+ * The probe structure the scanner's hot loop reads directly (fields change when the table grows: read
+ * them again after any registry call, never cache across pushes). Not for other callers: use `lookup`.
+ */
+export interface WindowIndex {
+  readonly fragmentLength: number;
+  /** Mask of the `hi` lane (5 bits per character before the last 6). */
+  readonly hiMask: number;
+  /** 32 - log2(slots): the Fibonacci hash of `lo` is `Math.imul(lo, HASH_MULTIPLIER) >>> shift`. */
+  readonly shift: number;
+  /** slots - 1 */
+  readonly mask: number;
+  /**
+   * Prefilter: a bitset over `filterHash(hi, lo) >>> filterShift`, about 16 bits per window (1 in 16 false
+   * positives). Most probed positions are rejected by one load from a cache-sized array and a branch the CPU
+   * predicts, so consecutive probes overlap in memory instead of each paying a table miss.
+   */
+  readonly filter: Int32Array;
+  readonly filterShift: number;
+  /** `lo` lane of the window in each slot. */
+  readonly los: Int32Array;
+  /** 0 = empty, else markerIndex * 32 + bodyOffset + 1. */
+  readonly refs: Int32Array;
+  /** Body values (0..31), MARKER_BODY_LENGTH per marker index. */
+  readonly bodies: Uint8Array;
+  readonly entries: ReadonlyArray<MarkerEntry | undefined>;
+}
+
+export interface MarkerRegistry {
+  readonly fragmentLength: number;
+  /** Live markers. */
+  readonly size: number;
+  /** Registered windows (size x (27 - fragmentLength)): the W of the scanner's chance bound. */
+  readonly windowCount: number;
+  /** Draw a new marker, register it with its owner, and return the entry (persist it, then send it). */
+  plant(owner: PlantRequest): MarkerEntry;
+  /**
+   * Register existing rows (earlier runs, reloaded from the store). All rows are validated before any is
+   * added; re-adding a marker with the same owner is a no-op, with a different owner a `KVC_MARKER_CONFLICT`.
+   * Returns how many were new.
+   */
+  add(entries: Iterable<MarkerEntry>): number;
+  /** The entry for a marker, given with or without its prefix, any case. */
+  get(marker: string): MarkerEntry | undefined;
+  /** Every registered marker one FRAG-character window (any case) belongs to, and where. */
+  lookup(window: string): WindowHit[];
+  /** Drop markers planted strictly before `olderThan`. Returns how many were dropped. */
+  forget(olderThan: Date | string | number): number;
+  /** Every live entry, as plain rows (JSON- and SQLite-ready). */
+  rows(): MarkerEntry[];
+  /** For the scanner's hot loop. */
+  index(): WindowIndex;
+}
+
+export const DEFAULT_FRAGMENT_LENGTH = 12;
+export const MIN_FRAGMENT_LENGTH = 8;
+export const MAX_FRAGMENT_LENGTH = 12;
+/** 2^32 / golden ratio: Fibonacci hashing. */
+export const HASH_MULTIPLIER = 0x9e3779b1;
+/** Prefilter hash: `Math.imul(lo ^ Math.imul(hi, FILTER_HI_MULTIPLIER), FILTER_MULTIPLIER)`. */
+export const FILTER_HI_MULTIPLIER = 0x85ebca6b;
+export const FILTER_MULTIPLIER = 0xc2b2ae35;
+const FILTER_BITS_PER_WINDOW = 16;
+const MIN_FILTER_LOG2 = 12;
+const LO_CHARS = 6;
+const LO_MASK = 0x3fffffff;
+const MIN_SLOTS_LOG2 = 10;
+/** refs pack markerIndex * 32 + offset + 1 into an int32. */
+const MAX_MARKERS = 1 << 26;
+const MAX_FIELD_LENGTH = 256;
+
+const OWNER_FIELDS = ['runId', 'requestId', 'role', 'tenant'] as const;
+
+export function createMarkerRegistry(options: MarkerRegistryOptions = {}): MarkerRegistry {
+  const frag = options.fragmentLength ?? DEFAULT_FRAGMENT_LENGTH;
+  if (!Number.isInteger(frag) || frag < MIN_FRAGMENT_LENGTH || frag > MAX_FRAGMENT_LENGTH) {
+    throw new MarkerError(
+      'KVC_MARKER_OPTION',
+      `Expected \`fragmentLength\` to be an integer from ${MIN_FRAGMENT_LENGTH} to ${MAX_FRAGMENT_LENGTH}, got ${describe(frag)}`,
+    );
+  }
+  return new Registry(frag, options.now ?? (() => new Date()), options.random ?? createRandomPool());
+}
+
+class Registry implements MarkerRegistry, WindowIndex {
+  readonly fragmentLength: number;
+  readonly hiMask: number;
+  shift = 32 - MIN_SLOTS_LOG2;
+  mask = (1 << MIN_SLOTS_LOG2) - 1;
+  los = new Int32Array(1 << MIN_SLOTS_LOG2);
+  refs = new Int32Array(1 << MIN_SLOTS_LOG2);
+  bodies = new Uint8Array(64 * MARKER_BODY_LENGTH);
+  filter = new Int32Array((1 << MIN_FILTER_LOG2) >>> 5);
+  filterShift = 32 - MIN_FILTER_LOG2;
+  readonly entries: (MarkerEntry | undefined)[] = [];
+  private readonly plantedMs: number[] = [];
+  private readonly freeIndices: number[] = [];
+  private readonly byBody = new Map<string, number>();
+  private readonly windowsPerMarker: number;
+  private windows = 0;
+
+  constructor(
+    frag: number,
+    private readonly now: () => Date,
+    private readonly random: RandomFill,
+  ) {
+    this.fragmentLength = frag;
+    this.hiMask = 2 ** (5 * (frag - LO_CHARS)) - 1;
+    this.windowsPerMarker = MARKER_BODY_LENGTH - frag + 1;
+  }
+
+  get size(): number {
+    return this.byBody.size;
+  }
+
+  get windowCount(): number {
+    return this.windows;
+  }
+
+  index(): WindowIndex {
+    return this;
+  }
+
+  plant(owner: PlantRequest): MarkerEntry {
+    const at = owner.plantedAt ?? this.now();
+    const plantedMs = toMillis(at, 'plantedAt');
+    const fields = checkOwnerFields(owner, 'owner');
+    for (;;) {
+      const marker = generateMarker(this.random);
+      const body = marker.slice(MARKER_PREFIX.length);
+      // 130 bits make a repeat practically impossible; a broken random source must not alias two owners.
+      if (this.byBody.has(body)) continue;
+      const entry: MarkerEntry = Object.freeze({ marker, ...fields, plantedAt: new Date(plantedMs).toISOString() });
+      this.ensureCapacity(1);
+      this.insert(body, entry, plantedMs);
+      return entry;
+    }
+  }
+
+  add(rows: Iterable<MarkerEntry>): number {
+    const fresh = new Map<string, { entry: MarkerEntry; ms: number }>();
+    let i = 0;
+    for (const row of rows) {
+      const path = `entries[${i++}]`;
+      if (row === null || typeof row !== 'object') {
+        throw new MarkerError('KVC_MARKER_INVALID', `${path}: expected a marker row object, got ${describe(row)}`);
+      }
+      if (typeof row.marker !== 'string' || !isMarker(row.marker)) {
+        throw new MarkerError(
+          'KVC_MARKER_INVALID',
+          `${path}.marker: expected \`${MARKER_PREFIX}\` followed by ${MARKER_BODY_LENGTH} base32 characters, got ${describe(row.marker)}`,
+        );
+      }
+      const fields = checkOwnerFields(row, path);
+      const ms = toMillis(row.plantedAt, `${path}.plantedAt`);
+      const marker = row.marker.toLowerCase();
+      const entry: MarkerEntry = Object.freeze({ marker, ...fields, plantedAt: new Date(ms).toISOString() });
+      const body = marker.slice(MARKER_PREFIX.length);
+      const existingIndex = this.byBody.get(body);
+      const existing = existingIndex === undefined ? fresh.get(body)?.entry : this.entries[existingIndex];
+      if (existing !== undefined) {
+        if (!sameOwner(existing, entry)) {
+          throw new MarkerError(
+            'KVC_MARKER_CONFLICT',
+            `${path}: marker ${marker} is already registered to run ${existing.runId} request ${existing.requestId}; ` +
+              `a marker has exactly one owner, got run ${entry.runId} request ${entry.requestId}`,
+          );
+        }
+        continue;
+      }
+      fresh.set(body, { entry, ms });
+    }
+    this.ensureCapacity(fresh.size);
+    for (const [body, { entry, ms }] of fresh) this.insert(body, entry, ms);
+    return fresh.size;
+  }
+
+  get(marker: string): MarkerEntry | undefined {
+    const body = markerBody(marker);
+    if (body === undefined) return undefined;
+    const index = this.byBody.get(body);
+    return index === undefined ? undefined : this.entries[index];
+  }
+
+  lookup(window: string): WindowHit[] {
+    const frag = this.fragmentLength;
+    if (window.length !== frag) {
+      throw new MarkerError('KVC_MARKER_INVALID', `lookup: expected a window of ${frag} base32 characters, got ${window.length} characters`);
+    }
+    let hi = 0;
+    let lo = 0;
+    for (let k = 0; k < frag; k++) {
+      const v = base32Value(window.charCodeAt(k));
+      if (v < 0) throw new MarkerError('KVC_MARKER_INVALID', `lookup: ${JSON.stringify(window[k])} at ${k} is not a base32 character`);
+      hi = ((hi << 5) | (lo >>> 25)) & this.hiMask;
+      lo = ((lo << 5) | v) & LO_MASK;
+    }
+    const hits: WindowHit[] = [];
+    for (let s = Math.imul(lo, HASH_MULTIPLIER) >>> this.shift; ; s = (s + 1) & this.mask) {
+      const ref = this.refs[s]!;
+      if (ref === 0) break;
+      if (this.los[s] === lo && windowHi(this, ref) === hi) {
+        const entry = this.entries[(ref - 1) >>> 5];
+        if (entry !== undefined) hits.push({ entry, offset: (ref - 1) & 31 });
+      }
+    }
+    return hits;
+  }
+
+  forget(olderThan: Date | string | number): number {
+    const cutoff = toMillis(olderThan, 'olderThan');
+    let dropped = 0;
+    for (let index = 0; index < this.entries.length; index++) {
+      const entry = this.entries[index];
+      if (entry === undefined || !(this.plantedMs[index]! < cutoff)) continue;
+      for (let offset = 0; offset < this.windowsPerMarker; offset++) this.removeWindow(index, offset);
+      this.byBody.delete(entry.marker.slice(MARKER_PREFIX.length));
+      this.entries[index] = undefined;
+      this.freeIndices.push(index);
+      dropped++;
+    }
+    // Bits cannot be cleared from a shared bitset: rebuild it (sized to what is left) from the live bodies.
+    if (dropped > 0) this.rebuildFilter();
+    return dropped;
+  }
+
+  rows(): MarkerEntry[] {
+    const out: MarkerEntry[] = [];
+    for (const entry of this.entries) if (entry !== undefined) out.push({ ...entry });
+    return out;
+  }
+
+  private insert(body: string, entry: MarkerEntry, plantedMs: number): void {
+    let index = this.freeIndices.pop();
+    if (index === undefined) {
+      index = this.entries.length;
+      if (index >= MAX_MARKERS) throw new MarkerError('KVC_MARKER_OPTION', `registry full: at most ${MAX_MARKERS} live markers`);
+      this.entries.push(undefined);
+      this.plantedMs.push(0);
+      if ((index + 1) * MARKER_BODY_LENGTH > this.bodies.length) {
+        const grown = new Uint8Array(this.bodies.length * 2);
+        grown.set(this.bodies);
+        this.bodies = grown;
+      }
+    }
+    const base = index * MARKER_BODY_LENGTH;
+    for (let k = 0; k < MARKER_BODY_LENGTH; k++) this.bodies[base + k] = base32Value(body.charCodeAt(k));
+    this.entries[index] = entry;
+    this.plantedMs[index] = plantedMs;
+    this.byBody.set(body, index);
+    for (let offset = 0; offset < this.windowsPerMarker; offset++) this.insertWindow(index, offset);
+    this.windows += this.windowsPerMarker;
+  }
+
+  /** Keep the table at most half full, and the filter at FILTER_BITS_PER_WINDOW, after adding `markers` more. */
+  private ensureCapacity(markers: number): void {
+    const windows = this.windows + markers * this.windowsPerMarker;
+    if (windows * FILTER_BITS_PER_WINDOW > 2 ** (32 - this.filterShift)) this.rebuildFilter(windows);
+    const needed = windows * 2;
+    let log2 = 32 - this.shift;
+    if (needed <= 1 << log2) return;
+    while (1 << log2 < needed) log2++;
+    if (log2 > 30) throw new MarkerError('KVC_MARKER_OPTION', `registry full: window table would exceed 2^30 slots`);
+    this.shift = 32 - log2;
+    this.mask = (1 << log2) - 1;
+    this.los = new Int32Array(1 << log2);
+    this.refs = new Int32Array(1 << log2);
+    for (let index = 0; index < this.entries.length; index++) {
+      if (this.entries[index] === undefined) continue;
+      for (let offset = 0; offset < this.windowsPerMarker; offset++) this.insertWindow(index, offset);
+    }
+  }
+
+  /** Size the filter for `windows` (default: the live ones) and set the bit of every live window. */
+  private rebuildFilter(windows = this.windows): void {
+    let log2 = MIN_FILTER_LOG2;
+    while (2 ** log2 < windows * FILTER_BITS_PER_WINDOW) log2++;
+    this.filterShift = 32 - log2;
+    this.filter = new Int32Array(2 ** (log2 - 5));
+    for (let index = 0; index < this.entries.length; index++) {
+      if (this.entries[index] === undefined) continue;
+      for (let offset = 0; offset < this.windowsPerMarker; offset++) this.setFilterBit(index, offset);
+    }
+  }
+
+  private setFilterBit(index: number, offset: number): void {
+    const start = index * MARKER_BODY_LENGTH + offset;
+    const lo = windowLo(this.bodies, start + this.fragmentLength - LO_CHARS);
+    const hi = laneAt(this.bodies, start, this.fragmentLength - LO_CHARS);
+    const h = Math.imul(lo ^ Math.imul(hi, FILTER_HI_MULTIPLIER), FILTER_MULTIPLIER) >>> this.filterShift;
+    this.filter[h >>> 5]! |= 1 << (h & 31);
+  }
+
+  private insertWindow(index: number, offset: number): void {
+    this.setFilterBit(index, offset);
+    const lo = windowLo(this.bodies, index * MARKER_BODY_LENGTH + offset + this.fragmentLength - LO_CHARS);
+    let s = Math.imul(lo, HASH_MULTIPLIER) >>> this.shift;
+    while (this.refs[s] !== 0) s = (s + 1) & this.mask;
+    this.los[s] = lo;
+    this.refs[s] = index * 32 + offset + 1;
+  }
+
+  private removeWindow(index: number, offset: number): void {
+    const ref = index * 32 + offset + 1;
+    const lo = windowLo(this.bodies, index * MARKER_BODY_LENGTH + offset + this.fragmentLength - LO_CHARS);
+    let i = Math.imul(lo, HASH_MULTIPLIER) >>> this.shift;
+    while (this.refs[i] !== ref) {
+      if (this.refs[i] === 0) return; // not present: nothing to remove
+      i = (i + 1) & this.mask;
+    }
+    // Backward-shift deletion: pull later members of the probe cluster into the hole when their home slot
+    // is not cyclically inside (hole, their slot], so every key stays reachable from its home.
+    const mask = this.mask;
+    let j = i;
+    for (;;) {
+      j = (j + 1) & mask;
+      const r = this.refs[j]!;
+      if (r === 0) break;
+      const home = Math.imul(this.los[j]!, HASH_MULTIPLIER) >>> this.shift;
+      const stays = i <= j ? i < home && home <= j : i < home || home <= j;
+      if (stays) continue;
+      this.los[i] = this.los[j]!;
+      this.refs[i] = r;
+      i = j;
+    }
+    this.refs[i] = 0;
+    this.los[i] = 0;
+    this.windows--;
+  }
+}
+
+/** `chars` body values from `start` packed 5 bits each, first character highest. */
+function laneAt(bodies: Uint8Array, start: number, chars: number): number {
+  let lane = 0;
+  for (let k = 0; k < chars; k++) lane = (lane << 5) | bodies[start + k]!;
+  return lane;
+}
+
+/** The `lo` lane (last 6 characters of a window) starting at `start` in a body array. */
+function windowLo(bodies: Uint8Array, start: number): number {
+  return laneAt(bodies, start, LO_CHARS);
+}
+
+/** The `hi` lane of the window a table ref points at, read from the body bytes. */
+export function windowHi(index: WindowIndex, ref: number): number {
+  const start = ((ref - 1) >>> 5) * MARKER_BODY_LENGTH + ((ref - 1) & 31);
+  return laneAt(index.bodies, start, index.fragmentLength - LO_CHARS);
+}
+
+function checkOwnerFields(owner: object, path: string): Omit<MarkerOwner, 'plantedAt'> {
+  const record = owner as Record<string, unknown>;
+  const out: Record<string, string> = {};
+  for (const field of OWNER_FIELDS) {
+    const value = record[field];
+    if (typeof value !== 'string' || value.length === 0 || value.length > MAX_FIELD_LENGTH) {
+      throw new MarkerError(
+        'KVC_MARKER_INVALID',
+        `${path}.${field}: expected a non-empty string of at most ${MAX_FIELD_LENGTH} characters, got ${describe(value)}`,
+      );
+    }
+    out[field] = value;
+  }
+  return out as unknown as Omit<MarkerOwner, 'plantedAt'>;
+}
+
+function toMillis(value: unknown, path: string): number {
+  const ms =
+    value instanceof Date ? value.getTime()
+    : typeof value === 'number' ? value
+    : typeof value === 'string' ? Date.parse(value)
+    : Number.NaN;
+  if (!Number.isFinite(ms)) {
+    throw new MarkerError('KVC_MARKER_INVALID', `${path}: expected an ISO 8601 timestamp, Date or epoch milliseconds, got ${describe(value)}`);
+  }
+  return ms;
+}
+
+function sameOwner(a: MarkerEntry, b: MarkerEntry): boolean {
+  return a.runId === b.runId && a.requestId === b.requestId && a.role === b.role && a.tenant === b.tenant && a.plantedAt === b.plantedAt;
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'string') return `${JSON.stringify(value.length > 60 ? value.slice(0, 60) + '…' : value)} (string)`;
+  if (value === null) return 'null';
+  if (value instanceof Date) return `Invalid Date`;
+  return `${typeof value === 'object' ? 'an object' : String(value)} (${typeof value})`;
+}

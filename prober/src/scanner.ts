@@ -1,0 +1,581 @@
+/**
+ * The streaming scanner: finds registered markers, whole or in fragments, in a response as it arrives,
+ * and decides which are foreign (planted by another request, in any run) and which are self-echo.
+ *
+ * Design:
+ * - Candidates are maximal runs of base32 characters (ASCII case-folded: the language of
+ *   `/[a-z2-7]{FRAG,}/gi`), with or without the `kvcanary-` prefix, since a model may drop or garble it.
+ *   They are found by a skip scan over a 128-entry class table rather than by that RegExp: a window of
+ *   FRAG characters is checked from its end and a non-base32 character lets the scan jump past it, so
+ *   most characters of ordinary text are never read. The RegExp restarts inside every word and ran 3-4x
+ *   slower on model-like text; `npm run bench:scanner` measures both side by side.
+ * - Inside a run the last FRAG characters are rolled into two int32 lanes (see marker-registry.ts) and
+ *   every position is probed: one bit of the registry's prefilter, then, for the ~1 in 16 that pass, the
+ *   window table. Cost per position is constant whatever the number of live markers. Probes are queued
+ *   in batches so the prefilter loads (the only memory traffic that grows with the registry) are issued
+ *   back to back and overlap, instead of each stalling on a cache miss.
+ * - A confirmed window opens a segment that is extended while the text agrees with the marker body: the
+ *   longest contiguous agreement is one match. Windows already covered by a segment of the same marker and
+ *   alignment are not reported again.
+ * - Streaming without re-scanning: the rolling lanes, the run length and open segments carry over between
+ *   chunks, so a marker split anywhere (even one character per chunk) is found once. The only text kept is
+ *   a small tail (about 200 characters) for evidence excerpts: a 100 MB response costs no more memory.
+ * - Evidence: a match is held until CONTEXT + FRAG more characters arrive (or `end()`), then gets an excerpt
+ *   of the matched text and at most CONTEXT characters each side, in which every other base32 run of FRAG
+ *   or more characters is replaced by `[redacted:N]`: a leaking response may carry other customers' data.
+ * - `chance` bound. Markers are uniformly random and independent of any text not copied from them, so for
+ *   one scanned position and one (marker, body offset) pair the probability that L characters agree is
+ *   exactly 32^-L. A match of length L >= FRAG starts at one of at most W registered (marker, offset)
+ *   pairs (W = registered windows: every L-character piece starts where a FRAG window does), and the text
+ *   offers N candidate positions (window probes made in this response). Union bound:
+ *   P(any chance agreement of length >= L in this response) <= W * N * 32^-L, capped at 1. It holds for
+ *   any text, adversarial or not, as long as the text was not derived from the marker itself.
+ * - Bounded output: at most `maxMatches` self and, separately, `maxMatches` foreign matches are kept (so
+ *   self-echo can never crowd out a leak), and at most `maxMatchesPerMarker` per marker; the rest are
+ *   counted in `stats()`.
+ */
+import { BASE32_VALUE, MARKER_BODY_LENGTH, MARKER_PREFIX } from './markers.js';
+import { FILTER_HI_MULTIPLIER, FILTER_MULTIPLIER, HASH_MULTIPLIER, type MarkerEntry, type MarkerOwner, type MarkerRegistry, type WindowIndex } from './marker-registry.js';
+
+/** The request whose response is scanned. */
+export interface ReaderIdentity {
+  requestId: string;
+  tenant: string;
+  role: string;
+  /**
+   * When given, a marker is self only if both its run and request match (use it where request ids may
+   * repeat across runs). Otherwise request ids are taken to be unique across runs.
+   */
+  runId?: string;
+}
+
+export interface MarkerMatch {
+  /** The full marker (lowercase, with prefix) the text agrees with. */
+  marker: string;
+  /** The matched substring of the response, as it appeared (body characters only, never the prefix). */
+  fragment: string;
+  /** The whole 26-character body matched. */
+  exact: boolean;
+  /** UTF-16 code-unit offset of `fragment` in the response text. */
+  offset: number;
+  /** Characters matched (= fragment.length). */
+  length: number;
+  /** Where in the marker body the fragment starts. */
+  bodyOffset: number;
+  /** `kvcanary-` (or `kvcanary`), any case, immediately precedes a fragment that starts the body. */
+  prefixed: boolean;
+  /** Who planted the marker. */
+  owner: MarkerOwner;
+  /** Planted by the reading request itself: expected echo, never a finding. */
+  self: boolean;
+  /** Planted by another request, in this run or an earlier one. */
+  foreign: boolean;
+  /** Upper bound on the probability that a match this long arose by chance in this response. */
+  chance: number;
+  /** The match and at most `context` characters either side, other base32 runs redacted. */
+  excerpt: string;
+}
+
+export interface ScanStats {
+  /** Characters (UTF-16 code units) pushed. */
+  chars: number;
+  /** Window probes made: N in the chance bound. */
+  candidatePositions: number;
+  /** Largest registered window count seen during the scan: W in the chance bound. */
+  registeredWindows: number;
+  selfMatches: number;
+  foreignMatches: number;
+  /** Matches counted but not kept (caps). */
+  dropped: number;
+}
+
+export interface ScannerOptions {
+  /** Characters of context kept either side of a match in its excerpt (0..60). @default 60 */
+  context?: number;
+  /** Kept matches per kind (self, foreign), each. @default 1000 */
+  maxMatches?: number;
+  /** Kept matches per marker. @default 16 */
+  maxMatchesPerMarker?: number;
+}
+
+export interface ScanSession {
+  /** Scan the next piece of the response. Chunks may split a marker anywhere. */
+  push(chunk: string): void;
+  /** Flush and return every kept match, in order of offset. The session cannot be pushed to afterwards. */
+  end(): MarkerMatch[];
+  stats(): ScanStats;
+}
+
+export interface Scanner {
+  open(reader: ReaderIdentity): ScanSession;
+}
+
+export type ScannerErrorCode = 'KVC_SCAN_ENDED' | 'KVC_SCAN_BAD_INPUT' | 'KVC_SCAN_OPTION';
+
+export class ScannerError extends Error {
+  readonly code: ScannerErrorCode;
+  constructor(code: ScannerErrorCode, message: string) {
+    super(message);
+    this.name = 'ScannerError';
+    this.code = code;
+  }
+}
+
+export const MAX_CONTEXT = 60;
+const LO_MASK = 0x3fffffff;
+const LO_CHARS = 6;
+// Module-local copies: the hot loop must not go through import bindings (tsx may compile them to getters).
+const B32 = BASE32_VALUE;
+const HASH = HASH_MULTIPLIER;
+const FILTER_HI = FILTER_HI_MULTIPLIER;
+const FILTER = FILTER_MULTIPLIER;
+const BODY_LENGTH = MARKER_BODY_LENGTH;
+
+export function createScanner(registry: MarkerRegistry, options: ScannerOptions = {}): Scanner {
+  const context = options.context ?? MAX_CONTEXT;
+  const maxMatches = options.maxMatches ?? 1000;
+  const maxPerMarker = options.maxMatchesPerMarker ?? 16;
+  checkInt('context', context, 0, MAX_CONTEXT);
+  checkInt('maxMatches', maxMatches, 1, 1_000_000);
+  checkInt('maxMatchesPerMarker', maxPerMarker, 1, 1_000_000);
+  return {
+    open(reader: ReaderIdentity): ScanSession {
+      for (const field of ['requestId', 'tenant', 'role'] as const) {
+        if (typeof reader?.[field] !== 'string' || reader[field].length === 0) {
+          throw new ScannerError('KVC_SCAN_BAD_INPUT', `open: expected \`reader.${field}\` to be a non-empty string, got ${typeof reader?.[field]}`);
+        }
+      }
+      return new Session(registry, { ...reader }, context, maxMatches, maxPerMarker);
+    },
+  };
+}
+
+/** Scan one whole text (a non-streamed response). */
+export function scanText(scanner: Scanner, reader: ReaderIdentity, text: string): MarkerMatch[] {
+  const session = scanner.open(reader);
+  session.push(text);
+  return session.end();
+}
+
+function checkInt(name: string, value: unknown, min: number, max: number): void {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new ScannerError('KVC_SCAN_OPTION', `Expected \`${name}\` to be an integer from ${min} to ${max}, got ${String(value)} (${typeof value})`);
+  }
+}
+
+interface Segment {
+  entry: MarkerEntry;
+  /** Lowercase body, for the extension compare. Copied so a `forget` mid-scan cannot pull it away. */
+  body: string;
+  bodyOffset: number;
+  start: number;
+  length: number;
+  /** Ended by a disagreement or the body's end (reported); an open one may go on in the next chunk. */
+  closed: boolean;
+}
+
+type Pending = Omit<Segment, 'body' | 'closed'> & { self: boolean };
+type Unpriced = Omit<MarkerMatch, 'chance'>;
+
+/** Candidate positions collected before their filter loads are issued together. */
+const BATCH = 256;
+
+class Session implements ScanSession {
+  private pos = 0;
+  private hi = 0;
+  private lo = 0;
+  private runLen = 0;
+  /** Open segments, and segments closed during the current push (kept to de-duplicate later windows). */
+  private segs: Segment[] = [];
+  private pending: Pending[] = [];
+  private kept: Unpriced[] = [];
+  private perMarker = new Map<string, number>();
+  private selfCount = 0;
+  private foreignCount = 0;
+  private dropped = 0;
+  private lookups = 0;
+  private maxWindows = 0;
+  private ended = false;
+  /** Text just before the current chunk, for excerpts; at most 2 * tailSize characters. */
+  private tail = '';
+  private chunk = '';
+  private chunkStart = 0;
+  private ix: WindowIndex;
+  private readonly frag: number;
+  private readonly tailSize: number;
+  private readonly batchLo = new Int32Array(BATCH);
+  private readonly batchHi = new Int32Array(BATCH);
+  private readonly batchAt = new Int32Array(BATCH);
+  private readonly passed = new Int32Array(BATCH);
+  private batched = 0;
+  private readonly loMatches: number[] = [];
+
+  constructor(
+    private readonly registry: MarkerRegistry,
+    private readonly reader: ReaderIdentity,
+    private readonly context: number,
+    private readonly maxMatches: number,
+    private readonly maxPerMarker: number,
+  ) {
+    this.ix = registry.index();
+    this.frag = registry.fragmentLength;
+    // A pending match ends at most CONTEXT + FRAG before the end of the text seen; its excerpt region
+    // starts at most MARKER_BODY_LENGTH + CONTEXT + FRAG before that.
+    this.tailSize = 2 * (context + this.frag + MARKER_BODY_LENGTH);
+  }
+
+  push(chunk: string): void {
+    if (this.ended) throw new ScannerError('KVC_SCAN_ENDED', 'push: the scan session has ended');
+    if (typeof chunk !== 'string') {
+      throw new ScannerError('KVC_SCAN_BAD_INPUT', `push: expected a string chunk (decoded text), got ${typeof chunk}`);
+    }
+    const n = chunk.length;
+    if (n === 0) return;
+    this.ix = this.registry.index();
+    this.maxWindows = Math.max(this.maxWindows, this.registry.windowCount);
+    this.chunk = chunk;
+    this.chunkStart = this.pos;
+    this.scan(chunk, n);
+    this.pos += n;
+    this.flushPending(false);
+    this.advanceTail(chunk);
+  }
+
+  end(): MarkerMatch[] {
+    if (this.ended) throw new ScannerError('KVC_SCAN_ENDED', 'end: the scan session has already ended');
+    this.ended = true;
+    this.maxWindows = Math.max(this.maxWindows, this.registry.windowCount);
+    this.chunk = '';
+    this.chunkStart = this.pos;
+    for (const seg of this.segs) if (!seg.closed) this.close(seg);
+    this.segs = [];
+    this.flushPending(true);
+    const w = this.maxWindows;
+    const n = this.lookups;
+    const out = this.kept.map((m): MarkerMatch => ({ ...m, chance: Math.min(1, w * n * Math.pow(32, -m.length)) }));
+    out.sort((a, b) => a.offset - b.offset || a.marker.localeCompare(b.marker));
+    this.kept = [];
+    this.tail = '';
+    return out;
+  }
+
+  stats(): ScanStats {
+    return {
+      chars: this.pos,
+      candidatePositions: this.lookups,
+      registeredWindows: Math.max(this.maxWindows, this.ended ? 0 : this.registry.windowCount),
+      selfMatches: this.selfCount,
+      foreignMatches: this.foreignCount,
+      dropped: this.dropped,
+    };
+  }
+
+  private scan(chunk: string, n: number): void {
+    // Segments open at the end of the previous chunk go on (or stop) with this chunk's first characters.
+    if (this.segs.length !== 0) for (const seg of this.segs) if (!seg.closed) this.grow(seg, chunk, n);
+    let i = 0;
+    if (this.runLen > 0) {
+      i = this.roll(chunk, 0, n);
+      if (i === n) {
+        this.flushBatch(chunk, n); // the whole chunk continued the run
+        return;
+      }
+      this.runLen = 0;
+      i++;
+    }
+    i = this.skipScan(chunk, i, n);
+    if (i < n && this.runLen === 0) this.carryTail(chunk, i, n);
+    this.flushBatch(chunk, n);
+    if (this.segs.length !== 0) this.segs = this.segs.filter((seg) => !seg.closed);
+  }
+
+  /**
+   * Find every run of FRAG or more base32 characters from `i` on and roll it. Invariant: the character
+   * before `i` is not base32, so such a run starting at or after `i` starts exactly where a window
+   * [i, i + FRAG) is all base32. Each window is checked from its end: a non-base32 character at r rules
+   * out every start up to r, so `i` jumps past it; in model text (mostly short words) most characters are
+   * never read. Returns where it stopped: n if a run reaches the end of the chunk (it stays open), else the
+   * start of the last, shorter-than-FRAG stretch.
+   */
+  private skipScan(chunk: string, i: number, n: number): number {
+    const frag = this.frag;
+    outer: while (i + frag <= n) {
+      for (let r = i + frag - 1; r >= i; r--) {
+        const c = chunk.charCodeAt(r);
+        if (c >= 128 || B32[c]! < 0) {
+          i = r + 1;
+          continue outer;
+        }
+      }
+      const e = this.roll(chunk, i, n);
+      if (e === n) return n;
+      this.runLen = 0;
+      i = e + 1;
+    }
+    return i;
+  }
+
+  /** A base32 piece shorter than FRAG at the very end of a chunk may start a run: carry it in the lanes. */
+  private carryTail(chunk: string, i: number, n: number): void {
+    let start = n;
+    while (start > i && isBase32(chunk.charCodeAt(start - 1))) start--;
+    if (start < n) this.roll(chunk, start, n);
+  }
+
+  /**
+   * Roll base32 characters from `p` into the lanes and queue every full window for a probe; returns
+   * where the run stopped. Probes are batched so their filter loads are issued back to back.
+   */
+  private roll(chunk: string, p: number, n: number): number {
+    const frag = this.frag;
+    const hiMask = this.ix.hiMask;
+    const batchLo = this.batchLo;
+    const batchHi = this.batchHi;
+    const batchAt = this.batchAt;
+    let hi = this.hi;
+    let lo = this.lo;
+    let runLen = this.runLen;
+    let batched = this.batched;
+    for (; p < n; p++) {
+      const c = chunk.charCodeAt(p);
+      const v = c < 128 ? B32[c]! : -1;
+      if (v < 0) break;
+      hi = ((hi << 5) | (lo >>> 25)) & hiMask;
+      lo = ((lo << 5) | v) & LO_MASK;
+      runLen++;
+      if (runLen >= frag) {
+        batchLo[batched] = lo;
+        batchHi[batched] = hi;
+        batchAt[batched] = p;
+        if (++batched === BATCH) {
+          this.batched = batched;
+          this.flushBatch(chunk, n);
+          batched = 0;
+        }
+      }
+    }
+    this.hi = hi;
+    this.lo = lo;
+    this.runLen = runLen;
+    this.batched = batched;
+    return p;
+  }
+
+  /** Probe the queued windows: the filter for all of them first, then the table for the few that pass. */
+  private flushBatch(chunk: string, n: number): void {
+    const batched = this.batched;
+    if (batched === 0) return;
+    this.batched = 0;
+    this.lookups += batched;
+    const ix = this.ix;
+    const { filter, filterShift, los, refs, shift, mask } = ix;
+    const batchLo = this.batchLo;
+    const batchHi = this.batchHi;
+    const passed = this.passed;
+    let m = 0;
+    for (let k = 0; k < batched; k++) {
+      const h = Math.imul(batchLo[k]! ^ Math.imul(batchHi[k]!, FILTER_HI), FILTER) >>> filterShift;
+      passed[m] = k;
+      m += (filter[h >>> 5]! >>> (h & 31)) & 1; // branch-free, so the loads overlap
+    }
+    let hits = 0;
+    for (let j = 0; j < m; j++) {
+      const k = passed[j]!;
+      const lo = batchLo[k]!;
+      for (let s = Math.imul(lo, HASH) >>> shift; ; s = (s + 1) & mask) {
+        const ref = refs[s]!;
+        if (ref === 0) break;
+        if (los[s] === lo) {
+          this.loMatches.push(k, ref);
+          hits++;
+        }
+      }
+    }
+    // Rare path, kept out of the loops above so they stay optimised: full check, then segments.
+    if (hits > 0) this.confirm(chunk, n);
+  }
+
+  /** Windows whose `lo` lane matched a slot (pairs of batch index, ref): check `hi`, then open segments. */
+  private confirm(chunk: string, n: number): void {
+    const pairs = this.loMatches;
+    for (let j = 0; j < pairs.length; j += 2) {
+      const k = pairs[j]!;
+      const ref = pairs[j + 1]!;
+      if (hiOf(this.ix, ref) === this.batchHi[k]) this.hit(ref, this.batchAt[k]!, chunk, n);
+    }
+    pairs.length = 0;
+  }
+
+  /** A window ending at chunk index `at` agrees with a marker body: open a segment unless one covers it. */
+  private hit(ref: number, at: number, chunk: string, n: number): void {
+    const entry = this.ix.entries[(ref - 1) >>> 5];
+    if (entry === undefined) return;
+    const bodyOffset = (ref - 1) & 31;
+    const lastAbs = this.chunkStart + at;
+    const start = lastAbs - this.frag + 1;
+    // Hits arrive in text order, so a closed segment ending before this window can never cover a later
+    // one: drop those, or a chunk repeating one marker thousands of times would make this quadratic.
+    if (this.segs.length > 8) this.segs = this.segs.filter((seg) => !seg.closed || seg.start + seg.length > start);
+    for (const seg of this.segs) {
+      if (seg.entry === entry && seg.start - seg.bodyOffset === start - bodyOffset && lastAbs < seg.start + seg.length) return;
+    }
+    const seg: Segment = { entry, body: entry.marker.slice(MARKER_PREFIX.length), bodyOffset, start, length: this.frag, closed: false };
+    this.segs.push(seg);
+    this.grow(seg, chunk, n);
+  }
+
+  /** Extend a segment over the current chunk while the text agrees with the body; close it where it stops. */
+  private grow(seg: Segment, chunk: string, n: number): void {
+    let next = seg.bodyOffset + seg.length;
+    let at = seg.start + seg.length - this.chunkStart;
+    while (next < BODY_LENGTH && at < n) {
+      const c = chunk.charCodeAt(at);
+      if ((c < 128 ? B32[c]! : -1) !== B32[seg.body.charCodeAt(next)]) break;
+      next++;
+      at++;
+    }
+    seg.length = next - seg.bodyOffset;
+    if (next === BODY_LENGTH || at < n) this.close(seg);
+  }
+
+  private close(seg: Segment): void {
+    seg.closed = true;
+    const { entry } = seg;
+    const self = entry.requestId === this.reader.requestId && (this.reader.runId === undefined || entry.runId === this.reader.runId);
+    if (self) this.selfCount++;
+    else this.foreignCount++;
+    const seen = (this.perMarker.get(entry.marker) ?? 0) + 1;
+    this.perMarker.set(entry.marker, seen);
+    if (seen > this.maxPerMarker || (self ? this.selfCount : this.foreignCount) > this.maxMatches) {
+      this.dropped++;
+      return;
+    }
+    this.pending.push({ entry, bodyOffset: seg.bodyOffset, start: seg.start, length: seg.length, self });
+  }
+
+  /** Give pending matches their excerpt once enough text after them has arrived (or at the end). */
+  private flushPending(all: boolean): void {
+    if (this.pending.length === 0) return;
+    const waitFor = this.context + this.frag;
+    const still: Pending[] = [];
+    for (const p of this.pending) {
+      if (!all && p.start + p.length + waitFor > this.pos) still.push(p);
+      else this.kept.push(this.evidence(p));
+    }
+    this.pending = still;
+  }
+
+  private evidence(p: Pending): Unpriced {
+    const end = p.start + p.length;
+    const tailStart = this.chunkStart - this.tail.length;
+    const regionFrom = Math.max(tailStart, p.start - this.context - this.frag);
+    const regionTo = Math.min(this.pos, end + this.context + this.frag);
+    const region = this.text(regionFrom, regionTo);
+    let prefixed = false;
+    if (p.bodyOffset === 0) {
+      const before = region.slice(Math.max(0, p.start - regionFrom - MARKER_PREFIX.length), p.start - regionFrom).toLowerCase();
+      prefixed = before.endsWith(MARKER_PREFIX) || before.endsWith(MARKER_PREFIX.slice(0, -1));
+    }
+    return {
+      marker: p.entry.marker,
+      fragment: region.slice(p.start - regionFrom, end - regionFrom),
+      exact: p.length === MARKER_BODY_LENGTH,
+      offset: p.start,
+      length: p.length,
+      bodyOffset: p.bodyOffset,
+      prefixed,
+      owner: {
+        runId: p.entry.runId,
+        requestId: p.entry.requestId,
+        role: p.entry.role,
+        tenant: p.entry.tenant,
+        plantedAt: p.entry.plantedAt,
+      },
+      self: p.self,
+      foreign: !p.self,
+      excerpt: redactedExcerpt(region, p.start - regionFrom, end - regionFrom, this.context, this.frag),
+    };
+  }
+
+  /** Text between absolute offsets, from the kept tail and the current chunk. */
+  private text(from: number, to: number): string {
+    const tailStart = this.chunkStart - this.tail.length;
+    let s = '';
+    if (from < this.chunkStart) s += this.tail.slice(from - tailStart, Math.min(to, this.chunkStart) - tailStart);
+    if (to > this.chunkStart) s += this.chunk.slice(Math.max(from, this.chunkStart) - this.chunkStart, to - this.chunkStart);
+    return s;
+  }
+
+  private advanceTail(chunk: string): void {
+    const size = this.tailSize;
+    if (chunk.length >= size) this.tail = detach(chunk.slice(-size));
+    else {
+      this.tail += chunk;
+      if (this.tail.length > 2 * size) this.tail = detach(this.tail.slice(-size));
+    }
+    this.chunk = '';
+  }
+}
+
+function isBase32(code: number): boolean {
+  return code < 128 && B32[code]! >= 0;
+}
+
+/** The `hi` lane of the window a table ref points at, from the body bytes (see marker-registry.ts). */
+function hiOf(ix: WindowIndex, ref: number): number {
+  const start = ((ref - 1) >>> 5) * BODY_LENGTH + ((ref - 1) & 31);
+  const bodies = ix.bodies;
+  let hi = 0;
+  for (let k = 0, n = ix.fragmentLength - LO_CHARS; k < n; k++) hi = (hi << 5) | bodies[start + k]!;
+  return hi;
+}
+
+/**
+ * A copy of a short string that shares no storage with its source: V8 slices keep their parent alive, and
+ * the parent may be a 100 MB response chunk.
+ */
+function detach(s: string): string {
+  return Buffer.from(s, 'utf16le').toString('utf16le');
+}
+
+/**
+ * The excerpt of `region` around the match at [ms, me): at most `context` characters either side (never
+ * splitting a surrogate pair), with every other base32 run of `frag` or more characters replaced by
+ * `[redacted:N]` (N = characters hidden). Run lengths are judged over the whole region, which reaches
+ * `frag` characters past the excerpt where the text allows, so a long run cut by the excerpt's edge is
+ * still recognised as long.
+ */
+export function redactedExcerpt(region: string, ms: number, me: number, context: number, frag: number): string {
+  let ws = Math.max(0, ms - context);
+  let we = Math.min(region.length, me + context);
+  if (ws > 0 && isLowSurrogate(region.charCodeAt(ws))) ws++;
+  if (we < region.length && isLowSurrogate(region.charCodeAt(we))) we--;
+  let out = '';
+  let copied = ws;
+  let runStart = -1;
+  const flushRun = (runEnd: number): void => {
+    if (runStart < 0) return;
+    const from = Math.max(runStart, ws);
+    const to = Math.min(runEnd, we);
+    if (runEnd - runStart >= frag && from < to) {
+      out += region.slice(copied, from) + `[redacted:${to - from}]`;
+      copied = to;
+    }
+    runStart = -1;
+  };
+  for (let k = 0; k <= region.length; k++) {
+    // The match itself is kept verbatim and splits any run it sits in.
+    const inRun = k < region.length && (k < ms || k >= me) && isBase32(region.charCodeAt(k));
+    if (inRun) {
+      if (runStart < 0) runStart = k;
+    } else {
+      flushRun(k);
+      if (k >= we) break;
+    }
+  }
+  return out + region.slice(copied, we);
+}
+
+function isLowSurrogate(code: number): boolean {
+  return code >= 0xdc00 && code <= 0xdfff;
+}
