@@ -1,7 +1,8 @@
 /**
  * The marker registry: who planted each marker (run, request, role, tenant, time), and an index from
  * every FRAG-character window of every body to the marker it belongs to, so the scanner attributes any
- * text position with one hash probe whatever the number of live markers.
+ * text position in constant time (one prefilter bit, rarely one table probe) whatever the number of live
+ * markers.
  *
  * Design:
  * - Register before sending. `plant()` draws a marker and records its owner in one step; the caller
@@ -15,8 +16,13 @@
  *   registered keys spread evenly whatever text is probed. `hi` is not stored: on the rare `lo` match it
  *   is checked against the body bytes. Deletion is backward-shift (no tombstones), so a table that has
  *   forgotten millions of markers probes as fast as a fresh one.
- * - Memory is bounded per live marker: 26 body bytes, (27 - FRAG) windows x 2 slots x 8 bytes of table
- *   (240 bytes at FRAG 12), one frozen entry object and one Map entry. The bench prints the measured figure.
+ * - A prefilter bitset (8 to 16 bits per window, 2 MB at 100k markers) answers most probes from a
+ *   cache-sized array; only the 1 in 8 to 16 positions that pass touch the table. Bits cannot be cleared,
+ *   so `forget` rebuilds it from the live bodies. (16 bits per window measured slower at 100k markers:
+ *   the larger bitset misses the cache more often than the extra table probes cost.)
+ * - Memory is bounded per live marker: 26 body bytes, (27 - FRAG) windows x 2-4 slots x 8 bytes of table,
+ *   1-2 bytes of prefilter per window, one frozen entry object and one Map entry. `npm run bench:scanner`
+ *   prints the measured figure (about 720 bytes per marker at 100k, 410 of them typed arrays).
  * - A window may belong to several markers (chance collisions are allowed, never assumed away): every slot
  *   holding the key is a hit.
  */
@@ -84,9 +90,9 @@ export interface WindowIndex {
   /** slots - 1 */
   readonly mask: number;
   /**
-   * Prefilter: a bitset over `filterHash(hi, lo) >>> filterShift`, about 16 bits per window (1 in 16 false
-   * positives). Most probed positions are rejected by one load from a cache-sized array and a branch the CPU
-   * predicts, so consecutive probes overlap in memory instead of each paying a table miss.
+   * Prefilter: a bitset over `filterHash(hi, lo) >>> filterShift`, 8 to 16 bits per window (1 in 8 to 1 in
+   * 16 false positives). Most probed positions are rejected by one load from a cache-sized array; the
+   * scanner issues these loads in branch-free batches, so they overlap instead of each paying a table miss.
    */
   readonly filter: Int32Array;
   readonly filterShift: number;
@@ -133,7 +139,7 @@ export const HASH_MULTIPLIER = 0x9e3779b1;
 /** Prefilter hash: `Math.imul(lo ^ Math.imul(hi, FILTER_HI_MULTIPLIER), FILTER_MULTIPLIER)`. */
 export const FILTER_HI_MULTIPLIER = 0x85ebca6b;
 export const FILTER_MULTIPLIER = 0xc2b2ae35;
-const FILTER_BITS_PER_WINDOW = 16;
+const FILTER_BITS_PER_WINDOW = 8;
 const MIN_FILTER_LOG2 = 12;
 const LO_CHARS = 6;
 const LO_MASK = 0x3fffffff;

@@ -10,8 +10,8 @@
  *   most characters of ordinary text are never read. The RegExp restarts inside every word and ran 3-4x
  *   slower on model-like text; `npm run bench:scanner` measures both side by side.
  * - Inside a run the last FRAG characters are rolled into two int32 lanes (see marker-registry.ts) and
- *   every position is probed: one bit of the registry's prefilter, then, for the ~1 in 16 that pass, the
- *   window table. Cost per position is constant whatever the number of live markers. Probes are queued
+ *   every position is probed: one bit of the registry's prefilter, then, for the 1 in 8 to 16 that pass,
+ *   the window table. Cost per position is constant whatever the number of live markers. Probes are queued
  *   in batches so the prefilter loads (the only memory traffic that grows with the registry) are issued
  *   back to back and overlap, instead of each stalling on a cache miss.
  * - A confirmed window opens a segment that is extended while the text agrees with the marker body: the
@@ -177,7 +177,7 @@ interface Segment {
 type Pending = Omit<Segment, 'body' | 'closed'> & { self: boolean };
 type Unpriced = Omit<MarkerMatch, 'chance'>;
 
-/** Candidate positions collected before their filter loads are issued together. */
+/** Candidate positions collected before their filter loads are issued together (4 KB of arrays per session). */
 const BATCH = 256;
 
 class Session implements ScanSession {
