@@ -1,0 +1,147 @@
+/**
+ * `kvcanary engine`: runs the reference engine until SIGTERM or SIGINT.
+ * The first stdout line holds the URL (`http://127.0.0.1:PORT`); everything else goes to stderr.
+ * Exit codes: 0 clean stop, 64 bad usage (the message names the flag), 70 failed to start.
+ */
+import { parseArgs } from 'node:util';
+import { EngineConfigError } from './config.js';
+import { FREE_LIST_POLICIES, type FreeListPolicy } from './free-list.js';
+import { PRESETS } from './presets.js';
+import { startEngine, type StartEngineOptions } from './start.js';
+
+const EXIT_OK = 0;
+const EXIT_USAGE = 64;
+const EXIT_INTERNAL = 70;
+
+const USAGE = `usage: kvcanary engine [options]
+
+Runs the bundled reference engine (OpenAI-compatible API) until SIGTERM/SIGINT.
+
+options:
+  --preset NAME          ${Object.keys(PRESETS).join(' | ')} (default single)
+  --scale N              divide the preset's capacities by N (default 1)
+  --context-tokens N     context limit (overrides the preset, not scaled)
+  --pool-tokens N        KV pool capacity in tokens (overrides the preset, not scaled)
+  --page-size N          slots per KV page, multiple of 4 (default 16)
+  --free-list POLICY     ${FREE_LIST_POLICIES.join(' | ')} (default fifo)
+  --zero-on-release      zero KV pages when they are freed (default off, as real engines)
+  --chunk-tokens N       prompt tokens prefilled per scheduler step (default 4096)
+  --model-id ID          served model name (default kvcanary-engine)
+  --host HOST            default 127.0.0.1
+  --port P               default 0 (a free port)
+  -h, --help
+
+The first line on stdout holds the URL. Exit codes: 0 stopped cleanly, 64 bad usage, 70 failed to start.`;
+
+class UsageError extends Error {}
+
+function positiveInt(flag: string, value: string | undefined, min = 1, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  if (value === undefined) return undefined;
+  if (!/^\d+$/.test(value) || Number(value) < min || Number(value) > max) {
+    throw new UsageError(`--${flag} must be an integer in [${min}, ${max}], got '${value}'`);
+  }
+  return Number(value);
+}
+
+export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        preset: { type: 'string' },
+        scale: { type: 'string' },
+        'context-tokens': { type: 'string' },
+        'pool-tokens': { type: 'string' },
+        'page-size': { type: 'string' },
+        'free-list': { type: 'string' },
+        'zero-on-release': { type: 'boolean' },
+        'chunk-tokens': { type: 'string' },
+        'model-id': { type: 'string' },
+        host: { type: 'string' },
+        port: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+  } catch (err) {
+    // node:util's messages already name the flag ("Unknown option '--x'", "Option '--port <value>' argument missing").
+    throw new UsageError((err as Error).message.split('. To specify')[0] as string);
+  }
+  const v = parsed.values;
+  if (v.help === true) return 'help';
+  const preset = v.preset;
+  if (preset !== undefined && PRESETS[preset] === undefined) {
+    throw new UsageError(`--preset must be one of ${Object.keys(PRESETS).join(', ')}, got '${preset}'`);
+  }
+  const freeList = v['free-list'];
+  if (freeList !== undefined && !(FREE_LIST_POLICIES as readonly string[]).includes(freeList)) {
+    throw new UsageError(`--free-list must be one of ${FREE_LIST_POLICIES.join(', ')}, got '${freeList}'`);
+  }
+  const options: StartEngineOptions = {
+    ...(preset !== undefined ? { preset } : {}),
+    ...(freeList !== undefined ? { freeList: freeList as FreeListPolicy } : {}),
+    ...(v['zero-on-release'] === true ? { zeroOnRelease: true } : {}),
+    ...(v['model-id'] !== undefined ? { modelId: v['model-id'] } : {}),
+    ...(v.host !== undefined ? { host: v.host } : {}),
+  };
+  const ints: [keyof StartEngineOptions, string, number?, number?][] = [
+    ['scale', 'scale'],
+    ['contextTokens', 'context-tokens', 2],
+    ['poolTokens', 'pool-tokens'],
+    ['pageSize', 'page-size', 4, 1024],
+    ['chunkTokens', 'chunk-tokens'],
+    ['port', 'port', 0, 65535],
+  ];
+  for (const [key, flag, min, max] of ints) {
+    const n = positiveInt(flag, v[flag as keyof typeof v] as string | undefined, min, max);
+    if (n !== undefined) (options as Record<string, unknown>)[key] = n;
+  }
+  return options;
+}
+
+/** Resolves with the exit code once the engine has stopped. */
+export async function engineMain(args: string[]): Promise<number> {
+  let options: StartEngineOptions | 'help';
+  try {
+    options = parseEngineArgs(args);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    process.stderr.write(`kvcanary engine: ${err.message}\n\n${USAGE}\n`);
+    return EXIT_USAGE;
+  }
+  if (options === 'help') {
+    process.stdout.write(USAGE + '\n');
+    return EXIT_OK;
+  }
+  let running;
+  try {
+    running = await startEngine(options);
+  } catch (err) {
+    if (err instanceof EngineConfigError) {
+      process.stderr.write(`kvcanary engine: ${err.message}\n`);
+      return EXIT_USAGE;
+    }
+    process.stderr.write(`kvcanary engine: failed to start: ${(err as Error).message}\n`);
+    return EXIT_INTERNAL;
+  }
+  const c = running.config;
+  process.stdout.write(
+    `kvcanary engine listening on ${running.url} (preset ${c.preset}, context ${c.contextTokens} tokens, ` +
+      `pool ${c.poolTokens} tokens in ${c.numPages} pages of ${c.pageSize}, free list ${c.freeList}, ` +
+      `kernel ${running.engine.info().kernel})\n`,
+  );
+  await new Promise<void>((resolve) => {
+    const stop = (signal: NodeJS.Signals): void => {
+      process.off('SIGTERM', stop);
+      process.off('SIGINT', stop);
+      process.stderr.write(`kvcanary engine: ${signal}, stopping\n`);
+      resolve();
+    };
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+  });
+  await running.close();
+  return EXIT_OK;
+}

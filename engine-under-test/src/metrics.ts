@@ -1,0 +1,138 @@
+/**
+ * The engine's Prometheus metrics, on a registry of its own (never the global one). Engine-side values
+ * are pulled from `engine.stats()` at scrape time, so the engine core stays free of prom-client and a
+ * disaggregated engine only has to report the same stats. Labels are low-cardinality by construction:
+ * endpoint is a route name, never a raw path.
+ */
+import { Counter, Gauge, Registry } from 'prom-client';
+import type { Engine, EngineStats } from './engine.js';
+
+export interface EngineMetrics {
+  registry: Registry;
+  observeHttp(endpoint: string, status: number): void;
+}
+
+/** A counter mirroring a monotonic total from the engine's stats. */
+function mirroredCounter(
+  registry: Registry,
+  engine: Engine,
+  name: string,
+  help: string,
+  read: (s: EngineStats) => number,
+): void {
+  let reported = 0;
+  new Counter({
+    name,
+    help,
+    registers: [registry],
+    collect() {
+      const now = read(engine.stats());
+      if (now > reported) this.inc(now - reported);
+      reported = Math.max(reported, now);
+    },
+  });
+}
+
+function mirroredLabelledCounter(
+  registry: Registry,
+  engine: Engine,
+  name: string,
+  help: string,
+  label: string,
+  known: string[],
+  read: (s: EngineStats) => Record<string, number>,
+): void {
+  const reported = new Map<string, number>();
+  const counter = new Counter({
+    name,
+    help,
+    labelNames: [label],
+    registers: [registry],
+    collect() {
+      for (const [value, now] of Object.entries(read(engine.stats()))) {
+        const before = reported.get(value) ?? 0;
+        if (now > before) this.inc({ [label]: value }, now - before);
+        reported.set(value, Math.max(before, now));
+      }
+    },
+  });
+  for (const value of known) counter.inc({ [label]: value }, 0);
+}
+
+export function createEngineMetrics(engine: Engine, registry: Registry = new Registry()): EngineMetrics {
+  const http = new Counter({
+    name: 'kvcanary_engine_http_requests_total',
+    help: 'HTTP requests answered, by endpoint and status code.',
+    labelNames: ['endpoint', 'status'],
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'kvcanary_engine_sequences',
+    help: 'Sequences in the engine, by state (running: prefill or decode; waiting: queued for pages).',
+    labelNames: ['state'],
+    registers: [registry],
+    collect() {
+      const s = engine.stats();
+      this.set({ state: 'running' }, s.running);
+      this.set({ state: 'waiting' }, s.waiting);
+    },
+  });
+  new Gauge({
+    name: 'kvcanary_engine_kv_pool_pages',
+    help: 'KV pool pages, by state.',
+    labelNames: ['state'],
+    registers: [registry],
+    collect() {
+      const p = engine.stats().pool;
+      this.set({ state: 'used' }, p.usedPages);
+      this.set({ state: 'free' }, p.freePages);
+    },
+  });
+  new Gauge({
+    name: 'kvcanary_engine_kv_pool_capacity_tokens',
+    help: 'Tokens the KV pool can hold.',
+    registers: [registry],
+    collect() {
+      this.set(engine.info().poolTokens);
+    },
+  });
+  new Gauge({
+    name: 'kvcanary_engine_context_length_tokens',
+    help: 'The advertised context limit (max_model_len).',
+    registers: [registry],
+    collect() {
+      this.set(engine.info().contextTokens);
+    },
+  });
+  mirroredCounter(registry, engine, 'kvcanary_engine_prompt_tokens_total', 'Prompt tokens prefilled.', (s) => s.promptTokensTotal);
+  mirroredCounter(registry, engine, 'kvcanary_engine_generation_tokens_total', 'Tokens generated.', (s) => s.generationTokensTotal);
+  mirroredCounter(
+    registry,
+    engine,
+    'kvcanary_engine_foreign_page_reads_total',
+    'Ground truth: KV pages read by attention that held data written by another request (one per page per read).',
+    (s) => s.foreignPageReadsTotal,
+  );
+  mirroredLabelledCounter(
+    registry,
+    engine,
+    'kvcanary_engine_requests_finished_total',
+    'Requests that left the engine, by reason (length; aborted: client gone, stop string or shutdown; error).',
+    'reason',
+    ['length', 'aborted', 'error'],
+    (s) => s.finishedTotal,
+  );
+  mirroredLabelledCounter(
+    registry,
+    engine,
+    'kvcanary_engine_requests_rejected_total',
+    'Requests refused by admission, by code.',
+    'code',
+    ['context_length_exceeded', 'kv_pool_capacity_exceeded', 'engine_overloaded'],
+    (s) => s.rejectedTotal,
+  );
+  return {
+    registry,
+    observeHttp: (endpoint, status) => http.inc({ endpoint, status: String(status) }),
+  };
+}
