@@ -32,7 +32,7 @@ describe('kvcanary run: a well-behaved endpoint', () => {
     const doc = JSON.parse(r.stdout) as { outcome: string; findings: unknown[]; scenarios: Array<{ name: string; outcome: string }>; model: string };
     expect(doc.findings).toEqual([]);
     expect(doc.model).toBe('echo');
-    expect(doc.scenarios.map((s) => s.name)).toEqual(['capacity-audit', 'overlimit-handoff', 'abort-race']);
+    expect(doc.scenarios.map((s) => s.name)).toEqual(['capacity-audit', 'overlimit-handoff', 'abort-race', 'concurrent-interleave', 'prefix-isolation']);
     // The pool is not exposed: capacity cannot be established, so the run is inconclusive, not a pass.
     expect(doc.scenarios.find((s) => s.name === 'capacity-audit')?.outcome).toBe('inconclusive');
     expect(doc.scenarios.find((s) => s.name === 'overlimit-handoff')?.outcome).toBe('pass');

@@ -89,12 +89,12 @@ describe('alert rules', () => {
     expect(result.stdout).toContain('SUCCESS');
   });
 
-  it('define the six alerts, each with a severity, summary, description and runbook', () => {
+  it('define the seven alerts, each with a severity, summary, description and runbook', () => {
     const parsed = parseYaml(readFileSync(alertsPath, 'utf8')) as { groups: { rules: Record<string, unknown>[] }[] };
     const alerts = parsed.groups.flatMap((g) => g.rules).filter((r) => typeof r.alert === 'string');
     expect(alerts.map((a) => a.alert).sort()).toEqual([
-      'KvcanaryCrossRequestLeak', 'KvcanaryPoolBelowContext', 'KvcanaryProbesInconclusive',
-      'KvcanaryProbesStale', 'KvcanaryRejectionNotEnforced', 'KvcanaryTargetDown',
+      'KvcanaryCrossRequestLeak', 'KvcanaryPoolBelowContext', 'KvcanaryPrefixTimingSideChannel',
+      'KvcanaryProbesInconclusive', 'KvcanaryProbesStale', 'KvcanaryRejectionNotEnforced', 'KvcanaryTargetDown',
     ]);
     for (const alert of alerts) {
       const annotations = alert.annotations as Record<string, string>;
@@ -282,6 +282,7 @@ const FIXTURE: Record<string, FixtureTarget> = {
       'overlimit-handoff': { outcome: 'fail', findings: [{ kind: 'cross-request-leak', severity: 'critical' }, { kind: 'rejection-not-enforced', severity: 'high' }] },
       'capacity-audit': { outcome: 'fail', findings: [{ kind: 'pool-below-context', severity: 'warning' }] },
       'abort-race': { outcome: 'pass' },
+      'prefix-isolation': { outcome: 'fail', findings: [{ kind: 'prefix-timing-side-channel', severity: 'high' }] },
     },
   },
   remediated: {
@@ -461,10 +462,11 @@ describe('end to end: a real Prometheus scraping the agreed metrics', () => {
       __name__: 'ALERTS', alertname: 'KvcanaryCrossRequestLeak', alertstate: 'firing', kind: 'cross-request-leak',
       scenario: 'overlimit-handoff', severity: 'critical', target: 'incident',
     })]);
-    const all = await prom().waitFor('ALERTS', (s) => new Set(s.map((a) => a.metric.alertname)).size >= 6);
+    const all = await prom().waitFor('ALERTS', (s) => new Set(s.map((a) => a.metric.alertname)).size >= 7);
     const who = (alertname: string) => [...new Set(all.filter((a) => a.metric.alertname === alertname).map((a) => `${a.metric.target}/${a.metric.scenario ?? ''}/${a.metric.alertstate}`))].sort();
     expect(who('KvcanaryCrossRequestLeak')).toEqual(['incident/overlimit-handoff/firing']);
     expect(who('KvcanaryRejectionNotEnforced')).toEqual(['incident/overlimit-handoff/firing']);
+    expect(who('KvcanaryPrefixTimingSideChannel')).toEqual(['incident/prefix-isolation/firing']);
     expect(who('KvcanaryPoolBelowContext')).toEqual(['incident//pending']);
     expect(who('KvcanaryProbesInconclusive')).toEqual(['unreachable/abort-race/pending', 'unreachable/capacity-audit/pending', 'unreachable/overlimit-handoff/pending']);
     expect(who('KvcanaryProbesStale')).toEqual(['unreachable/abort-race/pending']);

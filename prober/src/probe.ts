@@ -102,11 +102,17 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
 
 function buildTenants(target: TargetConfig, env: Record<string, string | undefined>, timeoutMs: number): Tenant[] {
   const keyOf = (name: string | undefined): string | undefined => (name === undefined ? undefined : env[name] || undefined);
-  const make = (name: string, apiKey: string | undefined, extraBody: Record<string, unknown>): Tenant => ({
-    name,
-    client: createTargetClient({ baseUrl: target.baseUrl, headers: target.headers, timeoutMs, ...(apiKey !== undefined ? { apiKey } : {}) }),
-    extraBody,
-  });
+  // keyId: an opaque label, equal for tenants that send the same key (the first such tenant's name), never the key.
+  const keyIds = new Map<string | undefined, string>();
+  const make = (name: string, apiKey: string | undefined, extraBody: Record<string, unknown>): Tenant => {
+    if (!keyIds.has(apiKey)) keyIds.set(apiKey, apiKey === undefined ? '(none)' : name);
+    return {
+      name,
+      client: createTargetClient({ baseUrl: target.baseUrl, headers: target.headers, timeoutMs, ...(apiKey !== undefined ? { apiKey } : {}) }),
+      extraBody,
+      keyId: keyIds.get(apiKey)!,
+    };
+  };
   if (target.tenants.length === 0) return [make('default', keyOf(target.apiKeyEnv), {})];
   return target.tenants.map((t) => make(t.name, keyOf(t.apiKeyEnv ?? target.apiKeyEnv), t.cacheSalt !== undefined ? { cache_salt: t.cacheSalt } : {}));
 }

@@ -20,6 +20,7 @@ import type { ScenarioContext } from './context.js';
 import { exchange } from './exchange.js';
 import { initialSizing, plant } from './planting.js';
 import { ResultBuilder } from './result-builder.js';
+import { clamp } from './clamp.js';
 
 export const ABORT_RACE = 'abort-race';
 
@@ -81,8 +82,4 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
     return out.finish('inconclusive');
   }
   return out.finish('pass');
-}
-
-function clamp(x: number, lo: number, hi: number): number {
-  return Math.max(lo, Math.min(hi, x));
 }

@@ -13,6 +13,12 @@ export interface Tenant {
   name: string;
   client: TargetClient;
   extraBody: Record<string, unknown>;
+  /**
+   * Equal for tenants that send the same API key, different for different keys; undefined when unknown.
+   * An opaque label (e.g. the name of the first tenant with that key), never the key or a hash of it:
+   * prefix-isolation reports only whether the two tenants' keys differ.
+   */
+  keyId?: string;
 }
 
 /** Knobs a user can set per probe; every field has a default suited to a scaled test endpoint. */
@@ -29,6 +35,16 @@ export interface ProbeTuning {
   sweep?: number[];
   /** Use the chat API instead of legacy completions. @default false */
   chat?: boolean;
+  /** prefix-isolation: tokens of each shared prefix (well above page sizes of 16-256). @default 512 */
+  prefixTokens?: number;
+  /** prefix-isolation: timing pairs per cycle; at alpha 0.001 at least 10 are needed to decide. @default 12 */
+  timingPairs?: number;
+  /** prefix-isolation: false-alarm rate of the timing test. @default 0.001 */
+  timingAlpha?: number;
+  /** prefix-isolation: smallest TTFT saving (1 - cached/fresh, in median) that counts as a side channel. @default 0.2 */
+  timingMinEffect?: number;
+  /** concurrent-interleave: requests in flight together, one wave per entry. @default [2, 4, 8] */
+  interleaveWaves?: number[];
 }
 
 /** Tokens the cycle may still spend; scenarios check before each request and stop (inconclusive) when out. */

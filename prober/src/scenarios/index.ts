@@ -1,13 +1,17 @@
 /** The scenario registry: names are part of the CLI and config surface. */
 import { abortRace, ABORT_RACE } from './abort-race.js';
 import { capacityAudit, CAPACITY_AUDIT } from './capacity-audit.js';
+import { concurrentInterleave, CONCURRENT_INTERLEAVE } from './concurrent-interleave.js';
 import type { Scenario } from './context.js';
 import { overlimitHandoff, OVERLIMIT_HANDOFF } from './overlimit-handoff.js';
+import { prefixIsolation, PREFIX_ISOLATION } from './prefix-isolation.js';
 
 export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   [CAPACITY_AUDIT]: capacityAudit,
   [OVERLIMIT_HANDOFF]: overlimitHandoff,
   [ABORT_RACE]: abortRace,
+  [CONCURRENT_INTERLEAVE]: concurrentInterleave,
+  [PREFIX_ISOLATION]: prefixIsolation,
 };
 
 export const SCENARIO_NAMES: readonly string[] = Object.keys(SCENARIOS);

@@ -12,16 +12,15 @@
  * Where the pool is not exposed, a sweep of sizes below the context limit (within the budget) stands in
  * for "between": those prompts are legal, so a 200 is expected and only their markers are judged.
  */
-import { makeFinding } from '../findings.js';
 import { overlimitPrompt, repetitionsFor, tokensFor } from '../prompts.js';
 import type { ScenarioResult } from '../result.js';
-import { rejectionOf } from '../target/rejection.js';
 import { tokenLine } from './calibration.js';
 import type { ScenarioContext } from './context.js';
 import type { Exchange } from './exchange.js';
 import { exchange } from './exchange.js';
 import { initialSizing, plant } from './planting.js';
 import { ResultBuilder } from './result-builder.js';
+import { judgeRejection, type RejectionVerdict } from './rejection-verdict.js';
 
 export const OVERLIMIT_HANDOFF = 'overlimit-handoff';
 
@@ -30,8 +29,6 @@ interface LimitProbe {
   tokens: number;
   mustReject: boolean;
 }
-
-const REJECTION_STATUSES = new Set([400, 413, 422]);
 
 export async function overlimitHandoff(ctx: ScenarioContext): Promise<ScenarioResult> {
   const out = new ResultBuilder(OVERLIMIT_HANDOFF, ctx);
@@ -113,58 +110,11 @@ export function limitProbes(context: number, pool: number | undefined, maxTokens
   return probes;
 }
 
-interface Verdict {
-  state: 'rejected' | 'served' | 'undecided' | 'leaked';
-  note: string;
-  finding?: ReturnType<typeof makeFinding>;
-}
-
-function judge(probe: LimitProbe, ex: Exchange, context: number, pool: number | undefined): Verdict {
-  const r = ex.result;
-  const facts = {
+function judge(probe: LimitProbe, ex: Exchange, context: number, pool: number | undefined): RejectionVerdict {
+  return judgeRejection(OVERLIMIT_HANDOFF, probe.label, probe.mustReject, ex, {
     probe: probe.label,
     promptTokensEstimated: probe.tokens,
     contextTokens: context,
     poolTokens: pool ?? null,
-    status: r.status ?? null,
-    generatedChars: r.generatedChars,
-    finishReason: r.finishReason ?? null,
-    usagePromptTokens: r.usage?.promptTokens ?? null,
-    usageCompletionTokens: r.usage?.completionTokens ?? null,
-  };
-  if (r.status !== undefined && r.status >= 200 && r.status < 300 && r.generatedChars > 0) {
-    // Text was generated: an error event after it does not undo that (SGLang #33507's 200s).
-    if (!probe.mustReject) return { state: 'served', note: `served (${r.status}, ${r.generatedChars} chars), legal size` };
-    return {
-      state: 'served',
-      note: `answered ${r.status} with ${r.generatedChars} generated chars: rejection not enforced`,
-      finding: makeFinding('rejection-not-enforced', OVERLIMIT_HANDOFF, {
-        match: `${probe.label}: HTTP ${r.status} with generated text`,
-        read: { requestId: ex.requestId, role: ex.record.role, tenant: ex.tenant, status: r.status },
-        facts,
-      }),
-    };
-  }
-  if (r.transport === 'http-4xx' && r.status !== undefined && REJECTION_STATUSES.has(r.status) && r.generatedChars === 0) {
-    const rej = rejectionOf(r);
-    return { state: 'rejected', note: `rejected ${r.status}${rej.overLimit ? ` (${rej.dialect}${rej.limit !== undefined ? `, limit ${rej.limit}` : ''})` : ' (error text not recognised as a length limit)'}` };
-  }
-  if (r.status !== undefined && r.status >= 200 && r.status < 300 && r.errorInStream && r.generatedChars === 0) {
-    return { state: 'rejected', note: `rejected inside a ${r.status} stream: ${(r.errorBody ?? '').slice(0, 120)}` };
-  }
-  if (r.status !== undefined && r.status >= 200 && r.status < 300 && r.generatedChars === 0 && r.transport === 'ok') {
-    // A 200 with nothing generated is not a rejection a client can rely on.
-    return probe.mustReject
-      ? {
-          state: 'served',
-          note: `answered ${r.status} with no text (finish_reason ${r.finishReason ?? 'none'}): rejection not enforced`,
-          finding: makeFinding('rejection-not-enforced', OVERLIMIT_HANDOFF, {
-            match: `${probe.label}: HTTP ${r.status} without an error`,
-            read: { requestId: ex.requestId, role: ex.record.role, tenant: ex.tenant, status: r.status },
-            facts,
-          }),
-        }
-      : { state: 'served', note: `served ${r.status} with no text` };
-  }
-  return { state: 'undecided', note: `${r.transport}${r.status !== undefined ? ` ${r.status}` : ''}${r.detail !== undefined ? ` (${r.detail.slice(0, 80)})` : ''}: cannot judge` };
+  });
 }

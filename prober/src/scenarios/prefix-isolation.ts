@@ -1,0 +1,315 @@
+/**
+ * prefix-isolation: does a prefix cache keep tenants apart? (vLLM's `cache_salt`, CVE-2025-46570; SGLang
+ * HiCache ignoring the salt, PR #37058; prompt caches restoring another conversation, llama.cpp #27148.)
+ *
+ * Design — what is judged, and by what:
+ * - Each cycle runs `timingPairs` rounds. In round i tenant A plants a fresh prefix Q_i (several pages:
+ *   `prefixTokens`, default 512, of markers, so far above page sizes of 16-256) followed by a suffix with
+ *   one more marker of its own and the marker cue. Then, in random order, back to back:
+ *     control — A sends Q_i again with a different suffix (same tenant: must reuse the cache);
+ *     reader  — B sends the same Q_i with its own suffix (must not);
+ *     fresh   — B sends a new prefix of the same length that nobody sent (the timing baseline).
+ *   Every prefix starts with a random marker, so its first page is unique and nothing before this round
+ *   (the prober's other prompts, the chat template) can make its pages hit.
+ * - Markers and the fact that B sends A's prefix: the prefix's markers are registered to A's planting
+ *   request, and a request's response echoing markers *it sent itself* proves nothing, so matches of
+ *   markers in a request's own prompt are counted as self-echo. What B never sends are A's suffix
+ *   markers (after the prefix): B's response carrying one is text crossing tenants, `cross-request-leak`
+ *   (planted by A, read by B). The same holds for A's control and A's planter's suffix (another request).
+ *   The prefix markers stay registered, so they are found if they surface anywhere else, later included.
+ * - Sharing, by cached tokens (where reported): a tenant's "baseline" is the most cached tokens it got on
+ *   prefixes nobody had sent (template and BOS pages only); B's reader above B's baseline was served pages
+ *   only A had computed: `prefix-cache-shared-across-tenants`, with facts (cached tokens, whether salts and
+ *   keys differ, never the key values).
+ * - Same-tenant control (vLLM PR #53347: "different salt, no reuse" also passes when caching is off): A's
+ *   control must show reuse — cached tokens above A's baseline, or, where cached tokens are not reported
+ *   (or reported but always 0 by a proxy), a significant TTFT saving over A's own first send. Without it
+ *   the scenario is inconclusive.
+ * - Timing (stats.ts): B's TTFT on A's prefix vs on its fresh prefix, paired per round, one-sided exact
+ *   sign-flip permutation test at `timingAlpha` (default 0.001) plus a minimum effect `timingMinEffect`
+ *   (default: 20% faster in median). Significant and large: `prefix-timing-side-channel`. The same test
+ *   on A's control vs A's plant measures the effect a cache hit has at all (reported in the notes).
+ * - Outcome: fail on any finding; pass only when the control showed reuse, B showed none, and the timing
+ *   test ran (enough pairs to reach alpha); otherwise inconclusive with the reasons.
+ */
+import { randomInt } from 'node:crypto';
+import { makeFinding, type Finding } from '../findings.js';
+import { generateMarker } from '../markers.js';
+import { MARKER_CUE } from '../prompts.js';
+import type { ScenarioResult } from '../result.js';
+import { minPairsFor, timingSideChannelTest, type PairedSample, type TimingDecision } from '../stats.js';
+import type { ScenarioContext, Tenant } from './context.js';
+import { exchange, type Exchange } from './exchange.js';
+import { ResultBuilder } from './result-builder.js';
+import { sameIdentity, tenantPair, type TenantPair } from './tenant-pair.js';
+
+export const PREFIX_ISOLATION = 'prefix-isolation';
+
+/** Tokens one marker with its separator costs at least on common tokenizers (random base32 splits finely). */
+const MIN_TOKENS_PER_MARKER = 12;
+/** Room for the suffix (one marker, the cue) and a chat template. */
+const SUFFIX_ALLOWANCE_TOKENS = 96;
+const MIN_PREFIX_MARKERS = 4;
+/** A marker is 36 characters with its separator: no tokenizer spends more than one token per character. */
+const MARKER_CHARS_UPPER_BOUND_TOKENS = 36;
+
+interface Sent {
+  ex: Exchange;
+  /** When the request's first marker was planted (for evidence). */
+  at: string;
+}
+
+interface Round {
+  plant?: Sent;
+  control?: Sent;
+  reader?: Sent;
+  fresh?: Sent;
+}
+
+export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioResult> {
+  const out = new ResultBuilder(PREFIX_ISOLATION, ctx);
+  if (!ctx.introspection.reachable) {
+    out.note('endpoint unreachable');
+    return out.finish('inconclusive');
+  }
+  const pair = tenantPair(ctx);
+  out.note(pair.note);
+  if (sameIdentity(pair)) {
+    out.note(`${pair.a.name} and ${pair.b.name} send the same key and the same cache_salt: sharing between them is expected, nothing to test`);
+    return out.finish('inconclusive');
+  }
+  const rounds = ctx.tuning.timingPairs ?? 12;
+  const alpha = ctx.tuning.timingAlpha ?? 0.001;
+  const minEffect = ctx.tuning.timingMinEffect ?? 0.2;
+  const maxTokens = ctx.tuning.readerMaxTokens ?? 48;
+  const markers = await prefixMarkerCount(ctx, ctx.tuning.prefixTokens ?? 512, maxTokens);
+  out.note(markers.note);
+  if (markers.count < MIN_PREFIX_MARKERS) {
+    out.note('the context limit leaves no room for a prefix several pages long');
+    return out.finish('inconclusive');
+  }
+
+  const sender = new PrefixSender(ctx, out, maxTokens);
+  const done: Round[] = [];
+  for (let i = 0; i < rounds && !ctx.signal.aborted; i++) {
+    const round: Round = {};
+    done.push(round);
+    const prefix = await sender.send(pair.a, 'prefix-planter', markers.count);
+    if (prefix === undefined) break;
+    round.plant = prefix.sent;
+    if (prefix.sent.ex.result.transport !== 'ok') continue;
+    const steps: Array<() => Promise<void>> = [
+      async () => void (round.control = (await sender.send(pair.a, 'prefix-control', prefix.markers))?.sent),
+      async () => void (round.reader = (await sender.send(pair.b, 'prefix-reader', prefix.markers))?.sent),
+      async () => void (round.fresh = (await sender.send(pair.b, 'prefix-fresh', markers.count))?.sent),
+    ];
+    // Random order within the round: neither side of a timing pair is systematically first.
+    for (let k = steps.length - 1; k > 0; k--) {
+      const j = randomInt(k + 1);
+      [steps[k], steps[j]] = [steps[j]!, steps[k]!];
+    }
+    for (const step of steps) await step();
+  }
+  if (done.length < rounds) out.note(`stopped after ${done.length} of ${rounds} rounds (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
+
+  return judge(ctx, out, pair, done, { alpha, minEffect });
+}
+
+/** Sends prefix+suffix requests: registers markers first, and counts echoes of a request's own prompt as self. */
+class PrefixSender {
+  #tokensPerChar = 1; // pessimistic until usage says otherwise: budgets must not be overspent
+
+  constructor(
+    private readonly ctx: ScenarioContext,
+    private readonly out: ResultBuilder,
+    private readonly maxTokens: number,
+  ) {}
+
+  /** `prefix`: markers already planted (shared prefix), or how many fresh ones to plant for this request. */
+  async send(tenant: Tenant, role: string, prefix: readonly string[] | number): Promise<{ sent: Sent; markers: string[] } | undefined> {
+    const { ctx } = this;
+    const requestId = ctx.newRequestId(role);
+    const plant = (): ReturnType<typeof ctx.registry.plant> => ctx.registry.plant({ runId: ctx.runId, requestId, role, tenant: tenant.name });
+    const own = typeof prefix === 'number' ? Array.from({ length: prefix }, plant) : [];
+    const suffix = plant();
+    ctx.onMarkers([...own, suffix]);
+    const prefixMarkers = typeof prefix === 'number' ? own.map((e) => e.marker) : [...prefix];
+    const prompt = `${prefixMarkers.join(' ')}\n${suffix.marker}\nQuote one reference code: ${MARKER_CUE}`;
+    const ex = await exchange(ctx, {
+      role,
+      tenant,
+      requestId,
+      prompt,
+      promptTokens: Math.ceil(prompt.length * this.#tokensPerChar),
+      maxTokens: this.maxTokens,
+      stream: true,
+    });
+    if (ex === undefined) return undefined;
+    const usage = ex.result.usage;
+    if (usage !== undefined && usage.promptTokens > 0) this.#tokensPerChar = Math.min(1, usage.promptTokens / prompt.length);
+    const sentByItself = new Set(prefixMarkers);
+    const echoed = ex.foreign.filter((m) => sentByItself.has(m.marker));
+    const judged: Exchange = echoed.length === 0 ? ex : { ...ex, foreign: ex.foreign.filter((m) => !sentByItself.has(m.marker)), selfEcho: ex.selfEcho + echoed.length };
+    this.out.add(judged);
+    return { sent: { ex: judged, at: suffix.plantedAt }, markers: prefixMarkers };
+  }
+}
+
+async function prefixMarkerCount(ctx: ScenarioContext, targetTokens: number, maxTokens: number): Promise<{ count: number; note: string }> {
+  let perMarker = MIN_TOKENS_PER_MARKER;
+  let via = `assuming at least ${MIN_TOKENS_PER_MARKER} tokens per marker`;
+  const tokenize = ctx.introspection.tokenize;
+  if (tokenize !== undefined && ctx.api === 'completions') {
+    // Never sent as a completion and never registered: only counted.
+    const sample = Array.from({ length: 8 }, () => generateMarker()).join(' ') + '\n';
+    const counted = await tokenize(sample);
+    if (counted !== undefined && counted > 0) {
+      perMarker = Math.max(1, counted / 8);
+      via = `${perMarker.toFixed(1)} tokens per marker by /tokenize`;
+    }
+  }
+  let count = Math.ceil(targetTokens / perMarker);
+  const context = ctx.introspection.contextTokens;
+  let capped = '';
+  if (context !== undefined) {
+    const room = Math.floor((context - maxTokens - SUFFIX_ALLOWANCE_TOKENS) / Math.max(perMarker, MARKER_CHARS_UPPER_BOUND_TOKENS));
+    if (count > room) {
+      count = Math.max(0, room);
+      capped = `, capped by the context limit ${context}`;
+    }
+  }
+  return { count, note: `shared prefixes of ${count} markers (about ${Math.round(count * perMarker)} tokens; ${via}${capped})` };
+}
+
+function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, rounds: Round[], opts: { alpha: number; minEffect: number }): ScenarioResult {
+  const { a, b } = pair;
+  const ok = (s: Sent | undefined): s is Sent => s !== undefined && s.ex.result.transport === 'ok';
+  const cached = (s: Sent | undefined): number | undefined => (ok(s) ? s.ex.result.usage?.cachedTokens : undefined);
+  const ttft = (s: Sent | undefined): number | undefined => (ok(s) ? s.ex.result.ttftMs : undefined);
+  const max = (xs: Array<number | undefined>): number | undefined => {
+    const known = xs.filter((x): x is number => x !== undefined);
+    return known.length === 0 ? undefined : Math.max(...known);
+  };
+
+  const sent = rounds.flatMap((r) => [r.plant, r.control, r.reader, r.fresh]).filter((s): s is Sent => s !== undefined);
+  const answered = sent.filter(ok).length;
+  out.note(`${rounds.length} round(s): ${answered}/${sent.length} requests answered`);
+
+  // --- Cached tokens: baselines are what each tenant got on prefixes nobody had sent.
+  const baselineA = max(rounds.map((r) => cached(r.plant))) ?? 0;
+  const baselineB = max(rounds.map((r) => cached(r.fresh))) ?? baselineA;
+  const controls = rounds.filter((r) => cached(r.control) !== undefined);
+  const controlHits = controls.filter((r) => cached(r.control)! > baselineA);
+  const readers = rounds.filter((r) => cached(r.reader) !== undefined);
+  const shared = readers.filter((r) => cached(r.reader)! > baselineB);
+  const tokensShowReuse = controls.length > 0 && controlHits.length * 2 >= controls.length;
+  if (controls.length > 0) {
+    out.note(
+      `cached_tokens: ${a.name} control above its baseline ${baselineA} in ${controlHits.length}/${controls.length} round(s) (max ${max(controls.map((r) => cached(r.control))) ?? 0}); ` +
+        `${b.name} on ${a.name}'s prefix above its baseline ${baselineB} in ${shared.length}/${readers.length}`,
+    );
+  } else {
+    out.note('cached_tokens not reported: reuse can only be judged by timing');
+  }
+  if (shared.length > 0) {
+    const worst = shared.reduce((m, r) => (cached(r.reader)! > cached(m.reader)! ? r : m));
+    const reader = worst.reader!;
+    const plant = worst.plant!;
+    out.findings.push(
+      makeFinding('prefix-cache-shared-across-tenants', PREFIX_ISOLATION, {
+        match: `${b.name} was served ${cached(reader)} cached prompt tokens of a prefix only ${a.name} had sent`,
+        planted: { runId: ctx.runId, requestId: plant.ex.requestId, role: plant.ex.record.role, tenant: a.name, at: plant.at },
+        read: { requestId: reader.ex.requestId, role: reader.ex.record.role, tenant: b.name, ...(reader.ex.result.status !== undefined ? { status: reader.ex.result.status } : {}) },
+        facts: {
+          cachedTokens: cached(reader) ?? null,
+          baselineCachedTokens: baselineB,
+          promptTokens: reader.ex.result.usage?.promptTokens ?? null,
+          sharedRounds: shared.length,
+          rounds: readers.length,
+          saltsDiffer: pair.saltsDiffer,
+          keysDiffer: pair.keysDiffer,
+          syntheticTenants: pair.synthetic,
+        },
+      }),
+    );
+  }
+
+  // --- Timing: B on A's prefix vs B fresh (the side channel); A's control vs A's first send (the cache's own effect).
+  const pairsOf = (pick: (r: Round) => [Sent | undefined, Sent | undefined]): PairedSample[] =>
+    rounds.flatMap((r) => {
+      const [hit, miss] = pick(r);
+      const c = ttft(hit);
+      const f = ttft(miss);
+      return c !== undefined && f !== undefined ? [{ cached: c, fresh: f }] : [];
+    });
+  const crossPairs = pairsOf((r) => [r.reader, r.fresh]);
+  const samePairs = pairsOf((r) => [r.control, r.plant]);
+  const cross = timingSideChannelTest(crossPairs, opts);
+  const same = timingSideChannelTest(samePairs, opts);
+  out.note(`timing, ${a.name} control vs its first send (cache effect): ${describeTiming(same)}`);
+  out.note(`timing, ${b.name} on ${a.name}'s prefix vs a fresh one (side channel): ${describeTiming(cross)}`);
+  if (cross.detected) {
+    const first = rounds.find((r) => ok(r.plant) && ok(r.reader));
+    out.findings.push(timingFinding(ctx, pair, cross, first));
+  }
+
+  // --- Outcome.
+  const reasons: string[] = [];
+  const controlReuse = tokensShowReuse || same.detected;
+  if (!controlReuse) {
+    reasons.push(
+      controls.length > 0
+        ? `the same-tenant control showed no reuse (cached_tokens above baseline in ${controlHits.length}/${controls.length} rounds, no timing effect): caching may be off, so a miss for ${b.name} proves nothing (vLLM PR #53347)`
+        : `cached_tokens are not reported and ${a.name}'s control showed no timing effect: reuse is unobservable, so a miss for ${b.name} proves nothing (vLLM PR #53347)`,
+    );
+  }
+  // With trustworthy cached tokens B's count decides; otherwise only the timing test can speak for B.
+  const bChecked = tokensShowReuse ? readers.length > 0 : same.detected && cross.decidable;
+  if (controlReuse && !bChecked) reasons.push(`${b.name}'s reuse could not be observed (no cached_tokens on its reads, and no timing power)`);
+  const minPairs = minPairsFor(opts.alpha);
+  if (!cross.decidable) reasons.push(`the timing test did not run: ${crossPairs.length} usable pair(s), ${minPairs} needed to reach alpha ${opts.alpha}`);
+  for (const r of reasons) out.note(r);
+  return out.finish(reasons.length === 0 ? 'pass' : 'inconclusive');
+}
+
+function timingFinding(ctx: ScenarioContext, pair: TenantPair, d: TimingDecision, round: Round | undefined): Finding {
+  const plant = round?.plant;
+  const reader = round?.reader;
+  return makeFinding(
+    'prefix-timing-side-channel',
+    PREFIX_ISOLATION,
+    {
+      match: `${pair.b.name}'s time to first token on ${pair.a.name}'s prefix was ${Math.round(d.effect * 100)}% shorter in median (p = ${d.pValue.toPrecision(2)})`,
+      ...(plant !== undefined ? { planted: { runId: ctx.runId, requestId: plant.ex.requestId, role: plant.ex.record.role, tenant: pair.a.name, at: plant.at } } : {}),
+      ...(reader !== undefined
+        ? { read: { requestId: reader.ex.requestId, role: reader.ex.record.role, tenant: pair.b.name, ...(reader.ex.result.status !== undefined ? { status: reader.ex.result.status } : {}) } }
+        : {}),
+      facts: {
+        test: d.test,
+        pairs: d.pairs,
+        pValue: d.pValue,
+        alpha: d.alpha,
+        effect: round3(d.effect),
+        minEffect: d.minEffect,
+        medianCachedMs: round3(d.medianCachedMs),
+        medianFreshMs: round3(d.medianFreshMs),
+        saltsDiffer: pair.saltsDiffer,
+        keysDiffer: pair.keysDiffer,
+        syntheticTenants: pair.synthetic,
+      },
+    },
+    d.pValue,
+  );
+}
+
+function describeTiming(d: TimingDecision): string {
+  if (d.pairs === 0) return 'no usable pairs';
+  return (
+    `${d.pairs} pairs, median ${d.medianCachedMs.toFixed(1)} vs ${d.medianFreshMs.toFixed(1)} ms (effect ${Math.round(d.effect * 100)}%, floor ${Math.round(d.minEffect * 100)}%), ` +
+    `p = ${d.pValue.toPrecision(2)} at alpha ${d.alpha}${d.decidable ? '' : ' (too few pairs to decide)'}: ${d.detected ? 'effect' : 'no effect'}`
+  );
+}
+
+function round3(x: number): number {
+  return Math.round(x * 1000) / 1000;
+}
