@@ -72,15 +72,18 @@ targets:
     await prom.waitFor('count(kvcanary_last_run_timestamp_seconds)', (s) => (s[0]?.value ?? 0) >= 6, { timeoutMs: 60_000 });
     await prom.waitFor('kvcanary_findings_total{target="incident"}', (s) => s.some((x) => x.value > 0), { timeoutMs: 30_000 });
 
+    // rate() and histogram_quantile() need two samples in their window, and recording rules a few
+    // evaluations: give each expression time to fill rather than asking once.
+    const hasData = async (expr: string): Promise<boolean> =>
+      prom.waitFor(expr, (s) => s.length > 0, { timeoutMs: 30_000, intervalMs: 500 }).then(() => true, () => false);
     const empty: string[] = [];
     for (const q of dashboardQueries(DASHBOARD)) {
-      const samples = await prom.query(q.expr);
-      if (samples.length === 0) empty.push(`panel "${q.title}" ${q.refId}: ${q.expr}`);
+      if (!(await hasData(q.expr))) empty.push(`panel "${q.title}" ${q.refId}: ${q.expr}`);
     }
     const rules = ruleQueries(parseYaml(readFileSync(RULES_PATH, 'utf8')));
     for (const r of rules) {
       for (const name of metricNames(r.expr)) {
-        if ((await prom.query(`count(${name})`)).length === 0) empty.push(`rule ${r.name}: no data for ${name}`);
+        if (!(await hasData(`count(${name})`))) empty.push(`rule ${r.name}: no data for ${name}`);
       }
     }
     expect(empty).toEqual([]);
@@ -88,7 +91,7 @@ targets:
     const firing = (await prom.rules()).flatMap((r) => r.alerts.map((a) => ({ rule: r.name, target: a.labels['target'] })));
     expect(firing.some((a) => a.target === 'incident')).toBe(true);
     expect(firing.filter((a) => a.target === 'remediated' && /Leak|Rejection/.test(a.rule))).toEqual([]);
-  }, 120_000);
+  }, 240_000);
 
   it('serves metrics that promtool accepts, and prints findings for the incident engine only', async () => {
     const text = await (await fetch(`${serveUrl}metrics`)).text();
