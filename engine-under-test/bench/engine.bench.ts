@@ -11,6 +11,9 @@
  * (c) The full-scale request fits and runs: a 1,048,576-token reservation continues its planted span
  *     verbatim, reads nothing foreign, and returns every page.
  * Appendix: the attention kernel alone over contiguous and scattered page tables (pages scatter after churn).
+ * Then the disaggregated mode (disagg-figures.ts): (d) the full-scale incident preset through one over-limit
+ * request, (e) KV transfer throughput, (f) abort-race rounds over HTTP per fault and free-list order,
+ * (g) the tests' busy-pool cycles.
  */
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
@@ -21,6 +24,7 @@ import type { Engine, RequestHandle } from '../src/engine.js';
 import { KvMemory } from '../src/kv-memory.js';
 import { createAttentionKernel } from '../src/attention/kernel.js';
 import { decodeTokens, encodePrompt } from '../src/tokenizer.js';
+import { busyPoolFractions, fullScaleIncident, raceFractions, transferFigures } from './disagg-figures.js';
 
 const FULL = 1_048_576;
 const { values } = parseArgs({ options: { json: { type: 'string' } }, strict: true });
@@ -184,9 +188,17 @@ async function main(): Promise<void> {
       contiguousGBps: gbps(kBytes, median(kc)),
       scatteredGBps: gbps(kBytes, median(ks)),
     },
-    seconds: (performance.now() - started) / 1000,
+    seconds: 0,
   };
   await engine.close();
+
+  const log = (line: string): void => void process.stderr.write(line + '\n');
+  const incident = await fullScaleIncident(log);
+  const transfer = await transferFigures();
+  const rounds = await raceFractions(24, log);
+  const busy = await busyPoolFractions(300);
+  const disaggregated = { incident, transfer, abortRaceRounds: rounds, busyPoolCycles: busy };
+  report.seconds = (performance.now() - started) / 1000;
 
   const f = (x: number, d = 2) => x.toFixed(d);
   const rows: [string, string][] = [
@@ -204,13 +216,39 @@ async function main(): Promise<void> {
     ['full scale: pool / process RSS', `${report.fullScale.poolMiB} / ${report.fullScale.rssMiB} MiB`],
     ['kernel only, contiguous pages: ratio', f(report.kernelOnly.contiguousRatio)],
     ['kernel only, scattered pages: ratio', f(report.kernelOnly.scatteredRatio)],
+    [
+      `incident preset, full scale (context ${incident.contextTokens.toLocaleString('en-US')}, prefill pool ${incident.prefillPoolTokens.toLocaleString('en-US')})`,
+      `${f(incident.seconds, 1)} s`,
+    ],
+    [`  over-limit prompt of ${incident.overLimitPromptTokens.toLocaleString('en-US')} tokens: answered with text`, String(incident.answeredWithText)],
+    ['  ... continuing another request\'s marker', `${incident.continuedAnotherRequestsMarker} (${JSON.stringify(incident.generated.slice(0, 26))})`],
+    ['  foreign page reads (ground truth)', String(incident.foreignPageReads)],
+    ['  time to first token / decode step (900k reservation)', `${f(incident.firstTokenMs, 0)} ms / ${f(incident.decodeStepMsMedian, 1)} ms`],
+    ['  all pages back on both free lists, invariants ok', String(incident.pagesBackAndInvariantsOk)],
+    [
+      `KV transfer alone, ${(transfer.tokens / 1e3).toFixed(0)}k tokens in ${transfer.aloneBatches} batches (warm pages)`,
+      `${f(transfer.aloneTokensPerSecond / 1e6)} M tokens/s (16,384-token batches at 4 ms mean flight: ${f(transfer.nominalTokensPerSecond / 1e6)} nominal)`,
+    ],
+    [
+      '  prefill + transfer as served, submit to first token',
+      `${f(transfer.pipelinedPromptTokensPerSecond / 1e6)} M prompt tokens/s (single-node prefill above: ${f(report.prefill.tokensPerSecondFull / 1e6)})`,
+    ],
+    ...rounds.map((r): [string, string] => [
+      `abort-race rounds @ scale 64, ${r.fault}, ${r.freeList}`,
+      `${r.http.leakRounds}/${r.http.rounds} rounds show another request's text (${r.http.leakReaders}/${r.http.readers} readers)`,
+    ]),
+    ...busy.map((b): [string, string] => [
+      `busy-pool cycles (tests' workload), ${b.fault}`,
+      `${b.result.leakCycles}/${b.result.cycles} cycles (${f(100 * b.result.fraction, 0)}%)`,
+    ]),
     ['bench time', `${f(report.seconds, 1)} s`],
   ];
   const width = Math.max(...rows.map(([k]) => k.length));
   process.stdout.write(`kvcanary engine benchmark (${report.engine.kernel} kernel, ${report.machine.cpus} CPUs, node ${report.machine.node})\n`);
   for (const [k, v] of rows) process.stdout.write(`${k.padEnd(width)}  ${v}\n`);
-  if (values.json !== undefined) writeFileSync(values.json, JSON.stringify(report, null, 2) + '\n');
+  if (values.json !== undefined) writeFileSync(values.json, JSON.stringify({ ...report, disaggregated }, null, 2) + '\n');
   if (!report.fullScale.copiedSpanVerbatim || report.fullScale.foreignPageReads !== 0) process.exitCode = 1;
+  if (!incident.answeredWithText || incident.foreignPageReads === 0 || !incident.pagesBackAndInvariantsOk) process.exitCode = 1;
 }
 
 await main();

@@ -5,6 +5,8 @@
  */
 import { parseArgs } from 'node:util';
 import { EngineConfigError } from './config.js';
+import { DEFENSES } from './defenses.js';
+import { FAULTS } from './faults.js';
 import { FREE_LIST_POLICIES, type FreeListPolicy } from './free-list.js';
 import { PRESETS } from './presets.js';
 import { startEngine, type StartEngineOptions } from './start.js';
@@ -19,12 +21,21 @@ Runs the bundled reference engine (OpenAI-compatible API) until SIGTERM/SIGINT.
 
 options:
   --preset NAME          ${Object.keys(PRESETS).join(' | ')} (default single)
+${Object.values(PRESETS)
+  .map((p) => `                           ${p.name}: ${p.description}`)
+  .join('\n')}
   --scale N              divide the preset's capacities by N (default 1)
+  --fault NAME           add a fault to the preset (repeatable): ${FAULTS.join(', ')}
+  --defense NAME         add a defense to the preset (repeatable): ${DEFENSES.join(', ')}
   --context-tokens N     context limit (overrides the preset, not scaled)
-  --pool-tokens N        KV pool capacity in tokens (overrides the preset, not scaled)
+  --pool-tokens N        KV pool capacity in tokens, prefill's when disaggregated (overrides the preset, not scaled)
+  --decode-pool-tokens N decode's KV pool capacity (disaggregated; overrides the preset, not scaled)
+  --transfer-latency-ms X  mean flight time of one KV transfer batch (disaggregated; default 4)
+  --transfer-batch-tokens N  tokens per KV transfer batch (disaggregated; default 16384 / scale)
+  --host-offload         the host-offload tier (disaggregated; on with --fault offload-release-race)
   --page-size N          slots per KV page, multiple of 4 (default 16)
   --free-list POLICY     ${FREE_LIST_POLICIES.join(' | ')} (default fifo)
-  --zero-on-release      zero KV pages when they are freed (default off, as real engines)
+  --zero-on-release      zero KV pages when they are freed (default off, as real engines); same as --defense zero-on-release
   --chunk-tokens N       prompt tokens prefilled per scheduler step (default 4096)
   --model-id ID          served model name (default kvcanary-engine)
   --host HOST            default 127.0.0.1
@@ -55,6 +66,12 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
         scale: { type: 'string' },
         'context-tokens': { type: 'string' },
         'pool-tokens': { type: 'string' },
+        'decode-pool-tokens': { type: 'string' },
+        fault: { type: 'string', multiple: true },
+        defense: { type: 'string', multiple: true },
+        'transfer-latency-ms': { type: 'string' },
+        'transfer-batch-tokens': { type: 'string' },
+        'host-offload': { type: 'boolean' },
         'page-size': { type: 'string' },
         'free-list': { type: 'string' },
         'zero-on-release': { type: 'boolean' },
@@ -79,8 +96,24 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
   if (freeList !== undefined && !(FREE_LIST_POLICIES as readonly string[]).includes(freeList)) {
     throw new UsageError(`--free-list must be one of ${FREE_LIST_POLICIES.join(', ')}, got '${freeList}'`);
   }
+  for (const [flag, given, known] of [
+    ['fault', v.fault, FAULTS],
+    ['defense', v.defense, DEFENSES],
+  ] as const) {
+    for (const name of given ?? []) {
+      if (!(known as readonly string[]).includes(name)) throw new UsageError(`--${flag} must be one of ${known.join(', ')}, got '${name}'`);
+    }
+  }
+  const latency = v['transfer-latency-ms'];
+  if (latency !== undefined && !(/^\d+(\.\d+)?$/.test(latency) && Number(latency) <= 60_000)) {
+    throw new UsageError(`--transfer-latency-ms must be a number of milliseconds in [0, 60000], got '${latency}'`);
+  }
   const options: StartEngineOptions = {
     ...(preset !== undefined ? { preset } : {}),
+    ...(v.fault !== undefined ? { faults: v.fault } : {}),
+    ...(v.defense !== undefined ? { defenses: v.defense } : {}),
+    ...(latency !== undefined ? { transferLatencyMs: Number(latency) } : {}),
+    ...(v['host-offload'] === true ? { hostOffload: true } : {}),
     ...(freeList !== undefined ? { freeList: freeList as FreeListPolicy } : {}),
     ...(v['zero-on-release'] === true ? { zeroOnRelease: true } : {}),
     ...(v['model-id'] !== undefined ? { modelId: v['model-id'] } : {}),
@@ -90,6 +123,8 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
     ['scale', 'scale'],
     ['contextTokens', 'context-tokens', 2],
     ['poolTokens', 'pool-tokens'],
+    ['decodePoolTokens', 'decode-pool-tokens'],
+    ['transferBatchTokens', 'transfer-batch-tokens'],
     ['pageSize', 'page-size', 4, 1024],
     ['chunkTokens', 'chunk-tokens'],
     ['port', 'port', 0, 65535],
@@ -127,9 +162,13 @@ export async function engineMain(args: string[]): Promise<number> {
     return EXIT_INTERNAL;
   }
   const c = running.config;
+  const pools =
+    c.disaggregated === undefined
+      ? `pool ${c.poolTokens} tokens in ${c.numPages} pages of ${c.pageSize}`
+      : `prefill pool ${c.poolTokens} tokens, decode pool ${c.disaggregated.decodePoolTokens} tokens, pages of ${c.pageSize}`;
   process.stdout.write(
-    `kvcanary engine listening on ${running.url} (preset ${c.preset}, context ${c.contextTokens} tokens, ` +
-      `pool ${c.poolTokens} tokens in ${c.numPages} pages of ${c.pageSize}, free list ${c.freeList}, ` +
+    `kvcanary engine listening on ${running.url} (preset ${c.preset}, ${c.mode}, context ${c.contextTokens} tokens, ` +
+      `${pools}, free list ${c.freeList}, faults [${c.faults.join(', ')}], defenses [${c.defenses.join(', ')}], ` +
       `kernel ${running.engine.info().kernel})\n`,
   );
   await new Promise<void>((resolve) => {

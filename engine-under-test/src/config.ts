@@ -1,10 +1,13 @@
 /**
- * Engine configuration: a preset, divided by a scale, with explicit overrides on top. Validated once
- * here; every error names the option, what was expected and what was given.
+ * Engine configuration: a preset, divided by a scale, with explicit overrides on top; faults and defenses
+ * named on top of a preset add to the preset's own. Validated once here; every error names the option,
+ * what was expected and what was given.
  */
 import { DEFAULT_MODEL_CONFIG, type ModelConfig } from './model.js';
 import { FREE_LIST_POLICIES, type FreeListPolicy } from './free-list.js';
-import { DEFAULT_PRESET, PRESETS } from './presets.js';
+import { DEFAULT_PRESET, PRESETS, type EngineMode } from './presets.js';
+import { DEFENSES, isDefenseName, type DefenseName } from './defenses.js';
+import { FAULTS, isFaultName, type FaultName } from './faults.js';
 import type { KernelPreference } from './attention/kernel.js';
 
 export interface EngineOptions {
@@ -14,8 +17,28 @@ export interface EngineOptions {
   scale?: number;
   /** Overrides the preset's context limit (after scaling). */
   contextTokens?: number;
-  /** Overrides the preset's pool capacity (after scaling); rounded down to whole pages. */
+  /**
+   * Overrides the preset's pool capacity (after scaling); rounded down to whole pages. In the
+   * disaggregated mode this is the prefill pool (the one that bounds admission).
+   */
   poolTokens?: number;
+  /** Disaggregated mode: overrides decode's pool capacity (after scaling). */
+  decodePoolTokens?: number;
+  /** Faults to add to the preset's (see faults.ts). */
+  faults?: readonly string[];
+  /** Defenses to add to the preset's (see defenses.ts). `zero-on-release` is the same as `zeroOnRelease`. */
+  defenses?: readonly string[];
+  /** Disaggregated mode: milliseconds for one transfer batch (or host copy batch) to land. @default 4 */
+  transferLatencyMs?: number;
+  /** Disaggregated mode: tokens per transfer batch. @default 16,384 / scale (at least one page) */
+  transferBatchTokens?: number;
+  /**
+   * Disaggregated mode: the host-offload tier (decode writes finished requests' prompt pages back to host
+   * memory and loads them again on a prefix hit). @default true when `offload-release-race` is named
+   */
+  hostOffload?: boolean;
+  /** Host tier capacity in tokens. @default decode's pool capacity */
+  hostCacheTokens?: number;
   /** Slots per KV page, a multiple of 4 in [4, 1024]. @default 16 */
   pageSize?: number;
   /** @default 'fifo' */
@@ -41,10 +64,21 @@ export interface EngineOptions {
   defaultSeed?: number;
 }
 
+/** The disaggregated mode's own settings. */
+export interface DisaggregatedConfig {
+  decodePoolTokens: number;
+  decodeNumPages: number;
+  transferLatencyMs: number;
+  transferBatchTokens: number;
+  hostOffload: boolean;
+  hostCacheTokens: number;
+}
+
 export interface EngineConfig {
   preset: string;
-  mode: 'single';
+  mode: EngineMode;
   contextTokens: number;
+  /** The pool that bounds admission: the only pool in single mode, prefill's in the disaggregated mode. */
   poolTokens: number;
   numPages: number;
   pageSize: number;
@@ -59,6 +93,11 @@ export interface EngineConfig {
   kernel: KernelPreference;
   maxBodyBytes: number;
   defaultSeed: number;
+  faults: FaultName[];
+  /** Includes `zero-on-release` exactly when zeroOnRelease is set. */
+  defenses: DefenseName[];
+  /** Present exactly in the disaggregated mode. */
+  disaggregated?: DisaggregatedConfig;
 }
 
 export class EngineConfigError extends Error {
@@ -71,6 +110,17 @@ export class EngineConfigError extends Error {
 
 function describe(value: unknown): string {
   return `\`${typeof value === 'string' ? value : JSON.stringify(value)}\` (${typeof value})`;
+}
+
+function names<T extends string>(option: 'faults' | 'defenses', given: readonly string[] | undefined, known: readonly T[], is: (n: string) => n is T): T[] {
+  if (given === undefined) return [];
+  if (!Array.isArray(given)) throw new EngineConfigError(option, `Expected \`${option}\` to be an array of names, got ${describe(given)}`);
+  return given.map((name) => {
+    if (typeof name !== 'string' || !is(name)) {
+      throw new EngineConfigError(option, `Unknown ${option === 'faults' ? 'fault' : 'defense'} ${describe(name)}; known: ${known.join(', ')}`);
+    }
+    return name;
+  });
 }
 
 function integer(option: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -113,6 +163,57 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
       throw new EngineConfigError(`model.${key}`, `Expected \`model.${key}\` to be a finite number > 0, got ${describe(model[key])}`);
     }
   }
+  const faults = [...new Set([...preset.faults, ...names('faults', options.faults, FAULTS, isFaultName)])];
+  const defenseSet = new Set([...preset.defenses, ...names('defenses', options.defenses, DEFENSES, isDefenseName)]);
+  if (options.zeroOnRelease === true) defenseSet.add('zero-on-release');
+  const defenses = DEFENSES.filter((d) => defenseSet.has(d));
+  const disaggregatedPresets = Object.values(PRESETS).filter((p) => p.mode === 'disaggregated').map((p) => p.name);
+  if (preset.mode === 'single') {
+    const misplaced = [...faults, ...defenses.filter((d) => d !== 'zero-on-release')];
+    if (misplaced.length > 0) {
+      throw new EngineConfigError(
+        faults.length > 0 ? 'faults' : 'defenses',
+        `\`${misplaced[0]}\` needs a disaggregated preset (${disaggregatedPresets.join(', ')}); preset \`${preset.name}\` runs on one node`,
+      );
+    }
+    for (const key of ['decodePoolTokens', 'transferLatencyMs', 'transferBatchTokens', 'hostOffload', 'hostCacheTokens'] as const) {
+      if (options[key] !== undefined) {
+        throw new EngineConfigError(key, `\`${key}\` needs a disaggregated preset (${disaggregatedPresets.join(', ')}); preset \`${preset.name}\` runs on one node`);
+      }
+    }
+  }
+  let disaggregated: DisaggregatedConfig | undefined;
+  if (preset.mode === 'disaggregated') {
+    const decodeRequested =
+      options.decodePoolTokens === undefined
+        ? Math.floor((preset.decodePoolTokens ?? preset.contextTokens) / scale)
+        : integer('decodePoolTokens', options.decodePoolTokens, pageSize);
+    const decodeNumPages = Math.floor(decodeRequested / pageSize);
+    if (decodeNumPages < 1) {
+      throw new EngineConfigError('decodePoolTokens', `Expected decode's pool to hold at least one page of ${pageSize} tokens, got ${decodeRequested} tokens`);
+    }
+    const latency = options.transferLatencyMs ?? 4;
+    if (typeof latency !== 'number' || !Number.isFinite(latency) || latency < 0 || latency > 60_000) {
+      throw new EngineConfigError('transferLatencyMs', `Expected \`transferLatencyMs\` to be a number in [0, 60000], got ${describe(latency)}`);
+    }
+    const hostOffload = options.hostOffload ?? faults.includes('offload-release-race');
+    if (typeof hostOffload !== 'boolean') throw new EngineConfigError('hostOffload', `Expected \`hostOffload\` to be a boolean, got ${describe(hostOffload)}`);
+    if (!hostOffload && faults.includes('offload-release-race')) {
+      throw new EngineConfigError('hostOffload', 'The fault `offload-release-race` lives in the host-offload tier: it cannot be named with `hostOffload` false');
+    }
+    disaggregated = {
+      decodePoolTokens: decodeNumPages * pageSize,
+      decodeNumPages,
+      transferLatencyMs: latency,
+      transferBatchTokens:
+        options.transferBatchTokens === undefined
+          ? Math.max(pageSize, Math.floor(16_384 / scale))
+          : integer('transferBatchTokens', options.transferBatchTokens, 1),
+      hostOffload,
+      hostCacheTokens:
+        options.hostCacheTokens === undefined ? decodeNumPages * pageSize : integer('hostCacheTokens', options.hostCacheTokens, pageSize),
+    };
+  }
   const modelId = options.modelId ?? 'kvcanary-engine';
   if (typeof modelId !== 'string' || modelId.length === 0) {
     throw new EngineConfigError('modelId', `Expected \`modelId\` to be a non-empty string, got ${describe(modelId)}`);
@@ -125,7 +226,7 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
     numPages,
     pageSize,
     freeList,
-    zeroOnRelease: options.zeroOnRelease ?? false,
+    zeroOnRelease: defenses.includes('zero-on-release'),
     chunkTokens: options.chunkTokens === undefined ? 4096 : integer('chunkTokens', options.chunkTokens, 1),
     decodePositionsPerStep:
       options.decodePositionsPerStep === undefined ? 4_194_304 : integer('decodePositionsPerStep', options.decodePositionsPerStep, 1),
@@ -137,5 +238,8 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
     maxBodyBytes:
       options.maxBodyBytes === undefined ? 6 * contextTokens + 1024 * 1024 : integer('maxBodyBytes', options.maxBodyBytes, 1024),
     defaultSeed: options.defaultSeed === undefined ? 0 : integer('defaultSeed', options.defaultSeed, 0, 0xffffffff),
+    faults,
+    defenses,
+    ...(disaggregated !== undefined ? { disaggregated } : {}),
   };
 }

@@ -4,6 +4,7 @@
  * and aborts the request (which frees its pages). Text that might be the start of a stop string is held
  * back until it is known not to be, so a streamed response never shows part of a stop string.
  */
+import type { Rejection } from './admission.js';
 import type { RequestHandle } from './engine.js';
 import { TokenTextDecoder } from './tokenizer.js';
 
@@ -59,8 +60,10 @@ export interface TextEnd {
 
 export class GenerationFailed extends Error {
   constructor(
-    readonly code: 'ENGINE_REQUEST_FAILED' | 'ENGINE_REQUEST_ABORTED',
+    readonly code: 'ENGINE_REQUEST_FAILED' | 'ENGINE_REQUEST_ABORTED' | 'ENGINE_REQUEST_REJECTED',
     message: string,
+    /** Set for ENGINE_REQUEST_REJECTED: what admission refused, with the limit and the count. */
+    readonly rejection?: Rejection,
   ) {
     super(message);
     this.name = 'GenerationFailed';
@@ -91,6 +94,9 @@ export async function* textStream(handle: RequestHandle, stops: readonly string[
       const rest = stopped ? text : text + matcher.flush();
       if (rest.length > 0) yield rest;
       return { finishReason: stopped ? 'stop' : 'length', promptTokens: event.promptTokens, completionTokens: event.completionTokens };
+    }
+    if (event.reason === 'rejected' && event.rejection !== undefined) {
+      throw new GenerationFailed('ENGINE_REQUEST_REJECTED', event.rejection.message, event.rejection);
     }
     throw new GenerationFailed(
       event.reason === 'error' ? 'ENGINE_REQUEST_FAILED' : 'ENGINE_REQUEST_ABORTED',

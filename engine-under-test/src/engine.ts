@@ -1,10 +1,11 @@
 /**
  * The engine contract the HTTP server talks to, free of HTTP. The single-node engine (`single-node.ts`)
- * implements it; the disaggregated router implements it too, behind the same server.
+ * implements it; the disaggregated router (`disagg/router.ts`) implements it too, behind the same server.
  */
 import type { PromptKind, Rejection } from './admission.js';
 import type { ExposureSnapshot } from './exposure-log.js';
 import type { KvPoolStats } from './kv-pool.js';
+import type { EngineMode } from './presets.js';
 import type { SamplingParams } from './sampler.js';
 
 export interface GenerationRequest {
@@ -21,11 +22,17 @@ export type EngineEvent =
   | { type: 'token'; token: number }
   | {
       type: 'end';
-      /** length: max_tokens reached; aborted: abort() was called (client gone, stop string, shutdown); error: the engine failed it. */
-      reason: 'length' | 'aborted' | 'error';
+      /**
+       * length: max_tokens reached; aborted: abort() was called (client gone, stop string, shutdown); error:
+       * the engine failed it; rejected: admission refused it after it was accepted (the disaggregated mode's
+       * prefill finds an over-pool prompt only once it is bootstrapped), before any token.
+       */
+      reason: 'length' | 'aborted' | 'error' | 'rejected';
       promptTokens: number;
       completionTokens: number;
       message?: string;
+      /** Present when reason is 'rejected'. */
+      rejection?: Rejection;
     };
 
 export interface RequestHandle {
@@ -46,11 +53,11 @@ export type SubmitResult =
   | { ok: false; overloaded: OverloadRejection };
 
 export interface EngineInfo {
-  mode: 'single';
+  mode: EngineMode;
   preset: string;
   modelId: string;
   contextTokens: number;
-  /** Tokens the KV pool holds (the capacity that bounds admission). */
+  /** Tokens the KV pool holds (the capacity that bounds admission: prefill's pool when disaggregated). */
   poolTokens: number;
   pageSize: number;
   numPages: number;
@@ -61,6 +68,9 @@ export interface EngineInfo {
   kernel: string;
   /** Unix seconds. */
   startedAt: number;
+  /** Enabled faults and defenses (ground truth for tests: GET /debug/config). */
+  faults: string[];
+  defenses: string[];
   /** Mode-specific facts for /get_server_info (e.g. each role's pool in the disaggregated mode). */
   details?: Record<string, unknown>;
 }
@@ -78,6 +88,41 @@ export interface EngineStats {
   rejectedTotal: Record<string, number>;
   foreignPageReadsTotal: number;
   steps: number;
+  /** Disaggregated mode: each role's pool (`pool` above is decode's, where reads happen). */
+  pools?: { prefill: KvPoolStats; decode: KvPoolStats };
+  /** Disaggregated mode: KV transfer from prefill into decode's pool. */
+  transfer?: TransferStats;
+  /** Disaggregated mode with the host-offload tier. */
+  hostOffload?: HostOffloadStats;
+  /** What the defenses caught (0 when a defense is off). */
+  defended?: DefenseStats;
+}
+
+export interface TransferStats {
+  batchesLanded: number;
+  /** Ground truth: batches that landed on a page their room no longer held (late writes). */
+  lateBatchesLanded: number;
+  tokensLanded: number;
+  /** Milliseconds during which at least one batch was in flight (for throughput: tokens / busy time). */
+  busyMs: number;
+}
+
+export interface HostOffloadStats {
+  /** Pages the tier holds. */
+  entries: number;
+  pagesWrittenBack: number;
+  pagesLoaded: number;
+  /** Prompt pages served from the tier instead of prefill. */
+  hitPages: number;
+}
+
+export interface DefenseStats {
+  /** page-tags: reads refused (each fails its request closed). */
+  pageTagMismatches: number;
+  /** transfer-integrity: transfer batches dropped as stale or corrupt. */
+  staleBatchesDropped: number;
+  /** transfer-integrity: host copies dropped as stale. */
+  staleCopiesDropped: number;
 }
 
 export interface Engine {
@@ -85,7 +130,10 @@ export interface Engine {
   submit(request: GenerationRequest): SubmitResult;
   stats(): EngineStats;
   exposures(): ExposureSnapshot;
-  /** Verifies the KV pool's invariants (empty = consistent). */
+  /**
+   * Verifies the KV pools' invariants (empty = consistent). Synchronous: the disaggregated engine asks its
+   * workers and waits for their answers (see disagg/sync-call.ts).
+   */
   checkInvariants(): string[];
   /** Aborts everything and stops scheduling. */
   close(): Promise<void>;

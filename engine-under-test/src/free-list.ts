@@ -1,9 +1,11 @@
 /**
  * The pool's free list as a ring buffer of page indices, with a named order policy. The order decides
  * which stale pages the next sequence inherits, so it is configuration, not an implementation detail:
- * - `fifo`: freed pages go to the tail, allocation takes from the head (SGLang's token-to-KV allocator
- *   hands out freed pages this way), so a freed page is reused only after every older free page;
- * - `lifo`: freed pages go on top and are handed out first, so a just-freed page is reused immediately.
+ * - `fifo`: freed pages go to the tail, allocation takes from the head (SGLang's token-level allocator,
+ *   page size 1, hands out freed slots this way), so a freed page is reused only after every older free page;
+ * - `lifo`: freed pages go on top and are handed out first, so a just-freed page is reused immediately (SGLang's
+ *   paged allocator prepends freed pages; in PD mode it parks them and merges them, sorted by index, when
+ *   its free list runs dry, which reuses them late, much as fifo does).
  */
 
 export const FREE_LIST_POLICIES = ['fifo', 'lifo'] as const;

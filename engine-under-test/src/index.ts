@@ -3,14 +3,20 @@
  * The CLI (`kvcanary engine`) is in cli.ts.
  */
 export { startEngine, type RunningEngine, type StartEngineOptions } from './start.js';
-export { resolveEngineConfig, EngineConfigError, type EngineConfig, type EngineOptions } from './config.js';
-export { PRESETS, DEFAULT_PRESET, type Preset } from './presets.js';
+export { resolveEngineConfig, EngineConfigError, type EngineConfig, type EngineOptions, type DisaggregatedConfig } from './config.js';
+export { PRESETS, DEFAULT_PRESET, type Preset, type EngineMode } from './presets.js';
+export { FAULTS, FAULT_DESCRIPTIONS, type FaultName } from './faults.js';
+export { DEFENSES, DEFENSE_DESCRIPTIONS, type DefenseName } from './defenses.js';
 export { createSingleNodeEngine, type EngineDeps } from './single-node.js';
+export { createDisaggregatedEngine, type DisaggregatedDeps } from './disagg/router.js';
 export type {
   Engine,
   EngineEvent,
   EngineInfo,
   EngineStats,
+  DefenseStats,
+  HostOffloadStats,
+  TransferStats,
   GenerationRequest,
   RequestHandle,
   SubmitResult,

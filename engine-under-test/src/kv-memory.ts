@@ -12,6 +12,20 @@
  * writer of all its written slots, or `MIXED_WRITERS`. Reuse does not clear tags (nor data): a recycled
  * page keeps naming the request whose data it still holds, which is exactly what makes a foreign read
  * detectable. Allocation state (owner, generation, state) is written only by the allocator (`KvPool`).
+ * Writer tags travel with the bytes: a copy (a KV transfer, a host-offload load) carries each slot's tag
+ * from its source, so ground truth names the request whose computation the data is, whoever moved it.
+ *
+ * Two threads write this memory at once in the disaggregated mode (decode's own writes, prefill's transfer
+ * landing), so slot tags and page summaries are updated with Atomics (a compare-and-swap loop keeps the
+ * summary consistent with every slot). Besides ground truth, each page carries what the engine itself may
+ * use, all in shared memory so both threads see them:
+ * - the page tag (`tagWriter`, `pageWriterGen`): who last wrote any slot of the page and under which
+ *   generation they believed it was theirs; the `page-tags` defense compares it with owner and generation
+ *   before every read (a page someone else wrote, or wrote under an older allocation, fails the read);
+ * - `leases`: copies and transfers that may still touch the page (one-sided writes in flight, host copies);
+ *   the `deferred-release` defense keeps a released page off the free list until its leases are gone;
+ * - `lock`: a spin lock per page, taken by the allocator when it changes owner or generation and by a
+ *   checked copy (`transfer-integrity`) around its verify-then-write, so the check cannot go stale midway.
  */
 
 export const D_HEAD = 64;
@@ -21,8 +35,11 @@ export const NEVER_WRITTEN = -1;
 export const MIXED_WRITERS = -2;
 export const NO_OWNER = -1;
 
-/** Page states. The disaggregated mode adds states of its own (e.g. pending release) above these. */
-export const PageState = { free: 0, allocated: 1 } as const;
+/**
+ * Page states. `pendingRelease`: released by its owner but held off the free list until no copy or transfer
+ * can still touch it (the `deferred-release` defense); the owner field still names the releasing table.
+ */
+export const PageState = { free: 0, allocated: 1, pendingRelease: 2 } as const;
 
 /** How many threads may each run an attention kernel over one memory (each needs its own scratch). */
 export const SCRATCH_AREAS = 4;
@@ -56,6 +73,17 @@ export class KvMemoryError extends Error {
 }
 
 const align = (n: number, to: number): number => Math.ceil(n / to) * to;
+/** Int32 fields per page in the metadata area (see the KvMemory fields of the same names). */
+const PAGE_FIELDS = 9;
+
+/** Where a copy reads slots from: a KV memory, or a page-sized host buffer with the same layout. */
+export interface SlotSource {
+  readonly pageSize: number;
+  /** Pages of pageSize slots, K of every slot then V of every slot, as in KvMemory.data. */
+  readonly data: Float32Array;
+  /** Writer tag per slot, page after page. */
+  readonly slotWriter: Int32Array;
+}
 
 export function kvLayout(shape: KvMemoryShape): KvLayout {
   const { numPages, pageSize } = shape;
@@ -69,7 +97,7 @@ export function kvLayout(shape: KvMemoryShape): KvLayout {
   const scratchBytes = align(scratch.pageTable + 4 * numPages, 64);
   const scratchOffset = HEADER_BYTES;
   const metaOffset = scratchOffset + SCRATCH_AREAS * scratchBytes;
-  const metaBytes = 4 * (6 * numPages + numPages * pageSize);
+  const metaBytes = 4 * (PAGE_FIELDS * numPages + numPages * pageSize);
   const dataOffset = align(metaOffset + metaBytes, 64);
   const totalBytes = dataOffset + 4 * numPages * pageSize * FLOATS_PER_SLOT;
   if (totalBytes > MAX_BYTES) {
@@ -104,8 +132,14 @@ export class KvMemory {
   readonly tokensWritten: Int32Array;
   /** Per page: the single writer of all its written slots, NEVER_WRITTEN, or MIXED_WRITERS. */
   readonly pageWriter: Int32Array;
-  /** Per page: the generation the latest writer believed the page had when it wrote. */
+  /** Per page: the generation the latest writer believed the page had when it wrote (page tag, with tagWriter). */
   readonly pageWriterGen: Int32Array;
+  /** Per page: the id the latest write of any slot was made under (page tag; NEVER_WRITTEN after zeroing). */
+  readonly tagWriter: Int32Array;
+  /** Per page: copies or transfers that may still touch it (Atomics). */
+  readonly leases: Int32Array;
+  /** Per page: 0 unlocked, 1 locked (Atomics spin lock). */
+  readonly lock: Int32Array;
   /** Per slot: the id of the request whose data the slot holds (NEVER_WRITTEN if none). */
   readonly slotWriter: Int32Array;
   private readonly header: Int32Array;
@@ -130,6 +164,9 @@ export class KvMemory {
     this.tokensWritten = ints(n);
     this.pageWriter = ints(n);
     this.pageWriterGen = ints(n);
+    this.tagWriter = ints(n);
+    this.leases = ints(n);
+    this.lock = ints(n);
     this.slotWriter = ints(n * layout.pageSize);
     this.data = new Float32Array(buffer, layout.dataOffset, n * layout.pageSize * FLOATS_PER_SLOT);
     if (init) {
@@ -140,6 +177,7 @@ export class KvMemory {
       this.owner.fill(NO_OWNER);
       this.state.fill(PageState.free);
       this.pageWriter.fill(NEVER_WRITTEN);
+      this.tagWriter.fill(NEVER_WRITTEN);
       this.slotWriter.fill(NEVER_WRITTEN);
     }
   }
@@ -204,22 +242,105 @@ export class KvMemory {
   }
 
   private stampWriter(page: number, slot: number, writer: number, writerGen: number): void {
+    // A plain store: writeKv is the page's own thread writing (prefill into its pool, decode into its own
+    // tokens); a copy from another thread goes through copySlots, whose stores are sequentially consistent.
+    this.slotWriter[page * this.pageSize + slot] = writer;
+    this.stampTag(page, slot + 1, writer, writerGen);
+    // Already summarised as ours: our slot agrees with it, and any other writer's slot triggers its own update.
+    if (Atomics.load(this.pageWriter, page) !== writer) this.refreshSummary(page);
+  }
+
+  private stampTag(page: number, slotsAtLeast: number, tagWriter: number, tagGen: number): void {
+    this.tagWriter[page] = tagWriter;
+    this.pageWriterGen[page] = tagGen;
+    if ((this.tokensWritten[page] as number) < slotsAtLeast) this.tokensWritten[page] = slotsAtLeast;
+  }
+
+  /**
+   * Recomputes a page's writer summary from its slot tags. The compare-and-swap retries if another thread
+   * changed the summary meanwhile, so the last successful update always reflects a scan made after every
+   * slot store that preceded it (each writer stores its slot before calling this).
+   */
+  private refreshSummary(page: number): void {
     const P = this.pageSize;
-    this.slotWriter[page * P + slot] = writer;
-    this.pageWriterGen[page] = writerGen;
-    if ((this.tokensWritten[page] as number) < slot + 1) this.tokensWritten[page] = slot + 1;
-    const current = this.pageWriter[page];
-    if (current === writer) return;
-    // The page held someone else's data (or none): it stays mixed until every stale slot is overwritten.
-    let uniform = true;
-    for (let s = page * P, end = s + P; s < end; s++) {
-      const w = this.slotWriter[s];
-      if (w !== writer && w !== NEVER_WRITTEN) {
-        uniform = false;
-        break;
+    for (;;) {
+      const before = Atomics.load(this.pageWriter, page);
+      let summary = NEVER_WRITTEN;
+      for (let s = page * P, end = s + P; s < end; s++) {
+        const w = Atomics.load(this.slotWriter, s);
+        if (w === NEVER_WRITTEN || w === summary) continue;
+        if (summary === NEVER_WRITTEN) summary = w;
+        else {
+          summary = MIXED_WRITERS;
+          break;
+        }
+      }
+      if (Atomics.compareExchange(this.pageWriter, page, before, summary) === before) return;
+    }
+  }
+
+  /**
+   * Copies slots [fromSlot, fromSlot + count) of page `srcPage` of `src` into the same slots of page
+   * `dstPage` here. Each slot keeps the writer tag it had at the source (ground truth follows the bytes),
+   * except that `restamp.from` becomes `restamp.to` (a host-cache load: data computed by the entry's origin
+   * for the very tokens the loader has is the loader's own). The page tag becomes (tagWriter, tagGen): the
+   * request on whose behalf the copy was made.
+   */
+  copySlots(
+    src: SlotSource,
+    srcPage: number,
+    dstPage: number,
+    fromSlot: number,
+    count: number,
+    tagWriter: number,
+    tagGen: number,
+    restamp?: { from: number; to: number },
+  ): void {
+    const P = this.pageSize;
+    if (src.pageSize !== P) throw new KvMemoryError('KV_LAYOUT_INVALID', `cannot copy pages of ${src.pageSize} slots into pages of ${P}`);
+    if (count <= 0) return;
+    const pageFloats = P * FLOATS_PER_SLOT;
+    const vRegion = P * D_HEAD;
+    const s0 = srcPage * pageFloats;
+    const d0 = dstPage * pageFloats;
+    const a = fromSlot * D_HEAD;
+    const b = (fromSlot + count) * D_HEAD;
+    this.data.set(src.data.subarray(s0 + a, s0 + b), d0 + a);
+    this.data.set(src.data.subarray(s0 + vRegion + a, s0 + vRegion + b), d0 + vRegion + a);
+    for (let s = fromSlot; s < fromSlot + count; s++) {
+      let w = src.slotWriter[srcPage * P + s] as number;
+      if (restamp !== undefined && w === restamp.from) w = restamp.to;
+      Atomics.store(this.slotWriter, dstPage * P + s, w);
+    }
+    this.stampTag(dstPage, fromSlot + count, tagWriter, tagGen);
+    this.refreshSummary(dstPage);
+  }
+
+  /** Spins until the page's lock is ours. Critical sections are a few microseconds of copying. */
+  lockPage(page: number): void {
+    while (Atomics.compareExchange(this.lock, page, 0, 1) !== 0) {
+      // another thread is verifying or copying this page
+    }
+  }
+
+  unlockPage(page: number): void {
+    Atomics.store(this.lock, page, 0);
+  }
+
+  /**
+   * The `page-tags` check for a read of the first `numPositions` positions of `pages` by `reader`: every
+   * page must be owned by the reader and carry the reader's tag under its current generation. Returns the
+   * first page that does not (its index in `pages`), or undefined.
+   */
+  verifyTags(pages: Int32Array, numPositions: number, reader: number): { index: number; page: number } | undefined {
+    const pageCount = Math.ceil(numPositions / this.pageSize);
+    for (let i = 0; i < pageCount; i++) {
+      const page = pages[i] as number;
+      if (this.owner[page] !== reader || this.tagWriter[page] !== reader || this.pageWriterGen[page] !== this.generation[page]) {
+        return { index: i, page };
       }
     }
-    this.pageWriter[page] = uniform ? writer : MIXED_WRITERS;
+    return undefined;
   }
 
   /** Zeroes a page's data and clears its writer tags (the `zero-on-release` behaviour). */
@@ -228,6 +349,7 @@ export class KvMemory {
     this.data.fill(0, page * floats, (page + 1) * floats);
     this.slotWriter.fill(NEVER_WRITTEN, page * this.pageSize, (page + 1) * this.pageSize);
     this.pageWriter[page] = NEVER_WRITTEN;
+    this.tagWriter[page] = NEVER_WRITTEN;
     this.tokensWritten[page] = 0;
   }
 

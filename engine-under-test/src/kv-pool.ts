@@ -9,6 +9,12 @@
  * - Release returns a table's pages to the free list at once. Data and writer tags stay as they were
  *   unless `zeroOnRelease` is set: real engines do not clear reused KV memory, which is what makes a read
  *   of the wrong page a leak rather than a read of zeros.
+ * - With `deferRelease` (the `deferred-release` defense), a released page that still has leases (a transfer
+ *   or host copy that may still touch it, counted in shared memory by whoever issued it) is parked in a
+ *   pending set instead; `reclaim()` frees parked pages whose leases are gone. Whatever the caller's own
+ *   protocol gets wrong about "safe to reallocate", a page cannot be handed out while a write may land.
+ * - Ownership changes happen under the page's lock (see kv-memory.ts), so a checked copy on another
+ *   thread sees owner and generation either before or after a reallocation, never half of it.
  */
 import { KvMemory, NO_OWNER, PageState } from './kv-memory.js';
 import { FreeList, type FreeListPolicy } from './free-list.js';
@@ -23,6 +29,8 @@ export interface KvPoolOptions {
   zeroOnRelease?: boolean;
   /** Build the pool over an existing memory instead of allocating one (its metadata must be fresh). */
   memory?: KvMemory;
+  /** Keep released pages with leases off the free list until the leases are gone. @default false */
+  deferRelease?: boolean;
 }
 
 export type AllocationResult =
@@ -82,6 +90,10 @@ export interface KvPoolStats {
   /** Pages returned since creation (monotonic). */
   releasedPagesTotal: number;
   tables: number;
+  /** Released pages held back until no copy or transfer can touch them (deferred release). */
+  pendingReleasePages: number;
+  /** Pages ever held back that way (monotonic): shows deferred release engaged. */
+  parkedPagesTotal: number;
 }
 
 export class KvPool {
@@ -90,10 +102,14 @@ export class KvPool {
   readonly pageSize: number;
   readonly policy: FreeListPolicy;
   readonly zeroOnRelease: boolean;
+  readonly deferRelease: boolean;
   private readonly free: FreeList;
+  /** Pages released while leased, in release order (deferRelease only). */
+  private pending: number[] = [];
   private readonly tables = new Map<number, PageTable>();
   private allocatedTotal = 0;
   private releasedTotal = 0;
+  private parkedTotal = 0;
 
   constructor(options: KvPoolOptions) {
     this.memory = options.memory ?? KvMemory.create({ numPages: options.numPages, pageSize: options.pageSize ?? 16 });
@@ -101,6 +117,7 @@ export class KvPool {
     this.pageSize = this.memory.pageSize;
     this.policy = options.freeList ?? 'fifo';
     this.zeroOnRelease = options.zeroOnRelease ?? false;
+    this.deferRelease = options.deferRelease ?? false;
     this.free = new FreeList(this.numPages, this.policy);
     for (let p = 0; p < this.numPages; p++) this.free.push(p);
   }
@@ -127,6 +144,8 @@ export class KvPool {
       allocatedPagesTotal: this.allocatedTotal,
       releasedPagesTotal: this.releasedTotal,
       tables: this.tables.size,
+      pendingReleasePages: this.pending.length,
+      parkedPagesTotal: this.parkedTotal,
     };
   }
 
@@ -146,10 +165,12 @@ export class KvPool {
     const pages = new Int32Array(count);
     for (let i = 0; i < count; i++) {
       const page = this.free.pop();
+      m.lockPage(page);
       m.owner[page] = table.owner;
       m.generation[page] = ((m.generation[page] as number) + 1) | 0;
       m.state[page] = PageState.allocated;
       m.tokensWritten[page] = 0;
+      m.unlockPage(page);
       table.append(page);
       pages[i] = page;
     }
@@ -170,10 +191,13 @@ export class KvPool {
     }
     for (let i = 0; i < pages.length; i++) {
       const page = pages[i] as number;
-      m.owner[page] = NO_OWNER;
-      m.state[page] = PageState.free;
-      if (this.zeroOnRelease) m.zeroPage(page);
-      this.free.push(page);
+      if (this.deferRelease && Atomics.load(m.leases, page) > 0) {
+        m.state[page] = PageState.pendingRelease;
+        this.pending.push(page);
+        this.parkedTotal++;
+      } else {
+        this.freePage(page);
+      }
     }
     const count = pages.length;
     this.releasedTotal += count;
@@ -181,6 +205,33 @@ export class KvPool {
     table.released = true;
     this.tables.delete(table.owner);
     return count;
+  }
+
+  /** Frees parked pages whose leases are gone; returns how many. Cheap when nothing is parked. */
+  reclaim(): number {
+    if (this.pending.length === 0) return 0;
+    const m = this.memory;
+    const still: number[] = [];
+    let freed = 0;
+    for (const page of this.pending) {
+      if (Atomics.load(m.leases, page) > 0) still.push(page);
+      else {
+        this.freePage(page);
+        freed++;
+      }
+    }
+    this.pending = still;
+    return freed;
+  }
+
+  private freePage(page: number): void {
+    const m = this.memory;
+    m.lockPage(page);
+    m.owner[page] = NO_OWNER;
+    m.state[page] = PageState.free;
+    if (this.zeroOnRelease) m.zeroPage(page);
+    m.unlockPage(page);
+    this.free.push(page);
   }
 
   /** The free list in hand-out order (tests, debugging). */
@@ -208,6 +259,11 @@ export class KvPool {
         if (m.owner[page] !== owner) problems.push(`page ${page} is in the table of ${owner} but tagged owner ${m.owner[page]}`);
         if (m.state[page] !== PageState.allocated) problems.push(`page ${page} is in a table but in state ${m.state[page]}`);
       }
+    }
+    for (const page of this.pending) {
+      if (where[page] !== -2) problems.push(`page ${page} is pending release but also free or in a table`);
+      where[page] = -3;
+      if (m.state[page] !== PageState.pendingRelease) problems.push(`page ${page} is pending release but in state ${m.state[page]}`);
     }
     for (let p = 0; p < this.numPages; p++) if (where[p] === -2) problems.push(`page ${p} is neither free nor in any table (leaked)`);
     return problems;

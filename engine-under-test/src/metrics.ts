@@ -113,6 +113,51 @@ export function createEngineMetrics(engine: Engine, registry: Registry = new Reg
     'Ground truth: KV pages read by attention that held data written by another request (one per page per read).',
     (s) => s.foreignPageReadsTotal,
   );
+  mirroredCounter(
+    registry,
+    engine,
+    'kvcanary_engine_page_tag_mismatches_total',
+    'page-tags defense: attention reads refused because a page was not written by its reader under its current allocation (each fails its request closed).',
+    (s) => s.defended?.pageTagMismatches ?? 0,
+  );
+  mirroredCounter(
+    registry,
+    engine,
+    'kvcanary_engine_transfer_batches_dropped_total',
+    'transfer-integrity defense: KV transfer batches dropped as stale (their pages changed owner or generation) or corrupt.',
+    (s) => s.defended?.staleBatchesDropped ?? 0,
+  );
+  mirroredCounter(
+    registry,
+    engine,
+    'kvcanary_engine_host_copies_dropped_total',
+    'transfer-integrity defense: host-offload copies dropped as stale.',
+    (s) => s.defended?.staleCopiesDropped ?? 0,
+  );
+  mirroredCounter(registry, engine, 'kvcanary_engine_transfer_tokens_total', 'Disaggregated mode: prompt tokens of KV landed in decode\'s pool.', (s) => s.transfer?.tokensLanded ?? 0);
+  mirroredCounter(
+    registry,
+    engine,
+    'kvcanary_engine_late_transfer_batches_total',
+    'Ground truth: KV transfer batches that landed on pages their room no longer held (late writes).',
+    (s) => s.transfer?.lateBatchesLanded ?? 0,
+  );
+  new Gauge({
+    name: 'kvcanary_engine_role_kv_pool_pages',
+    help: 'Disaggregated mode: each role\'s KV pool pages, by state (pending_release: released, held until no copy can touch them).',
+    labelNames: ['role', 'state'],
+    registers: [registry],
+    collect() {
+      const pools = engine.stats().pools;
+      if (pools === undefined) return;
+      for (const role of ['prefill', 'decode'] as const) {
+        const p = pools[role];
+        this.set({ role, state: 'used' }, p.usedPages - p.pendingReleasePages);
+        this.set({ role, state: 'free' }, p.freePages);
+        this.set({ role, state: 'pending_release' }, p.pendingReleasePages);
+      }
+    },
+  });
   mirroredLabelledCounter(
     registry,
     engine,

@@ -1,10 +1,15 @@
 /**
  * The engine's HTTP API (node:http): OpenAI-compatible completions and chat (streaming and not), vLLM's
- * /tokenize, SGLang's /get_server_info, /health, /metrics, and the ground-truth /debug/exposures.
+ * /tokenize, SGLang's /get_server_info, /health, /metrics, and the ground truth for tests:
+ * /debug/exposures (foreign reads) and /debug/config (enabled faults and defenses).
  *
  * The server only translates: it parses and validates a request, submits it to an `Engine`, and streams
  * the engine's events back. Bad input of any kind gets a 4xx in OpenAI's error shape and touches nothing
- * else. A client that goes away aborts its request, which frees its pages at once.
+ * else. A client that goes away aborts its request, which frees its pages.
+ *
+ * A streamed response's headers wait for its first text (or its end): a request refused or failed before
+ * producing anything (the disaggregated mode's prefill rejects an over-pool prompt only after bootstrap;
+ * `page-tags` fails a read closed) gets a real status, 400 or 500, not a 200 with an error event.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Clock } from './clock.js';
@@ -46,6 +51,14 @@ function sendJson(res: ServerResponse, status: number, body: unknown, headers: R
   const text = JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
   res.end(text);
+}
+
+/** How a request that ended without a result is answered: refused 400, failed 500, aborted 503. */
+function failureToApiError(err: GenerationFailed): ApiError {
+  if (err.code === 'ENGINE_REQUEST_REJECTED' && err.rejection !== undefined) {
+    return new ApiError(400, err.message, { code: err.rejection.code, param: err.rejection.param });
+  }
+  return new ApiError(err.code === 'ENGINE_REQUEST_FAILED' ? 500 : 503, err.message, { code: err.code.toLowerCase() });
 }
 
 export function createEngineServer(options: EngineServerOptions): Server {
@@ -124,27 +137,24 @@ export function createEngineServer(options: EngineServerOptions): Server {
       ],
       ...usageField,
     });
+    let next = await pieces.next(); // a failure before any text is thrown from here, before the headers
     startSse(res);
     if (kind === 'chat') {
       writeEvent(res, { id, object, created, model, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], ...usageField });
     }
     try {
-      let end: TextEnd;
-      for (;;) {
-        const next = await pieces.next();
-        if (next.done === true) {
-          end = next.value;
-          break;
-        }
+      while (next.done !== true) {
         writeEvent(res, chunk(next.value, null));
+        next = await pieces.next();
       }
+      const end = next.value;
       writeEvent(res, chunk(undefined, end.finishReason));
       if (params.includeUsage) writeEvent(res, { id, object, created, model, choices: [], usage: usage(end) });
     } catch (err) {
       if (!(err instanceof GenerationFailed)) throw err;
-      const status = err.code === 'ENGINE_REQUEST_FAILED' ? 500 : 503;
-      writeEvent(res, new ApiError(status, err.message, { code: err.code.toLowerCase() }).toJSON());
-      if (err.code === 'ENGINE_REQUEST_FAILED') log(`kvcanary engine: request ${id} failed: ${err.message}`);
+      const apiError = failureToApiError(err);
+      writeEvent(res, apiError.toJSON());
+      if (apiError.status === 500) log(`kvcanary engine: request ${id} failed: ${err.message}`);
     }
     endSse(res);
   }
@@ -212,7 +222,24 @@ export function createEngineServer(options: EngineServerOptions): Server {
       },
     ],
     ['/debug/exposures', { name: 'debug_exposures', methods: { GET: ({ res }) => sendJson(res, 200, engine.exposures()) } }],
+    ['/debug/config', { name: 'debug_config', methods: { GET: ({ res }) => sendJson(res, 200, debugConfig()) } }],
   ]);
+
+  /** Ground truth for tests (never for the prober): what this engine was built to get right or wrong. */
+  function debugConfig(): Record<string, unknown> {
+    const i = engine.info();
+    return {
+      preset: i.preset,
+      mode: i.mode,
+      faults: i.faults,
+      defenses: i.defenses,
+      context_length: i.contextTokens,
+      page_size: i.pageSize,
+      kv_free_list_policy: i.freeList,
+      kv_zero_on_release: i.zeroOnRelease,
+      ...(i.details !== undefined ? { details: i.details } : {}),
+    };
+  }
 
   function serverInfo(): Record<string, unknown> {
     const i = engine.info();
@@ -260,7 +287,7 @@ export function createEngineServer(options: EngineServerOptions): Server {
         err instanceof ApiError
           ? err
           : err instanceof GenerationFailed
-            ? new ApiError(err.code === 'ENGINE_REQUEST_FAILED' ? 500 : 503, err.message, { code: err.code.toLowerCase() })
+            ? failureToApiError(err)
             : new ApiError(500, 'Internal server error.', { code: 'internal_error' });
       // 503s are aborts (client gone, shutting down) and overload: expected, not worth a log line.
       if (apiError.status === 500) log(`kvcanary engine: ${method} ${path} -> 500: ${(err as Error).message}`);

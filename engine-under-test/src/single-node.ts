@@ -58,6 +58,8 @@ export function createSingleNodeEngine(config: EngineConfig, deps: EngineDeps = 
     maxRunning: config.maxRunning,
     kernel: model.kernel.name,
     startedAt,
+    faults: [...config.faults],
+    defenses: [...config.defenses],
   };
 
   function submit(request: GenerationRequest): SubmitResult {

@@ -1,6 +1,7 @@
 /**
- * startEngine: configuration -> engine -> metrics -> HTTP server listening on 127.0.0.1. What the CLI,
- * the tests and the prober's own tests use to get a running engine.
+ * startEngine: configuration -> engine (single node, or the disaggregated router and its two worker
+ * threads) -> metrics -> HTTP server listening on 127.0.0.1. What the CLI, the tests and the prober's own
+ * tests use to get a running engine.
  */
 import type { AddressInfo } from 'node:net';
 import type { Clock } from './clock.js';
@@ -9,6 +10,7 @@ import type { Engine } from './engine.js';
 import { createEngineMetrics } from './metrics.js';
 import { createEngineServer } from './server.js';
 import { createSingleNodeEngine } from './single-node.js';
+import { createDisaggregatedEngine } from './disagg/router.js';
 
 export interface StartEngineOptions extends EngineOptions {
   /** @default '127.0.0.1' */
@@ -34,7 +36,11 @@ export interface RunningEngine {
 export async function startEngine(options: StartEngineOptions = {}): Promise<RunningEngine> {
   const config = resolveEngineConfig(options);
   const host = options.host ?? '127.0.0.1';
-  const engine = createSingleNodeEngine(config, options.clock !== undefined ? { clock: options.clock } : {});
+  const deps = {
+    ...(options.clock !== undefined ? { clock: options.clock } : {}),
+    ...(options.log !== undefined ? { log: options.log } : {}),
+  };
+  const engine: Engine = config.mode === 'single' ? createSingleNodeEngine(config, deps) : await createDisaggregatedEngine(config, deps);
   const metrics = createEngineMetrics(engine);
   const server = createEngineServer({
     engine,
@@ -44,13 +50,18 @@ export async function startEngine(options: StartEngineOptions = {}): Promise<Run
     ...(options.clock !== undefined ? { clock: options.clock } : {}),
     ...(options.log !== undefined ? { log: options.log } : {}),
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, host, () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 0, host, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (err) {
+    await engine.close();
+    throw err;
+  }
   const port = (server.address() as AddressInfo).port;
   const urlHost = host.includes(':') ? `[${host}]` : host;
   let closing: Promise<void> | undefined;
