@@ -36,6 +36,6 @@ describe('no false positives on a self-echo/noise endpoint', () => {
     expect(run.outcome).not.toBe('fail');
     // The endpoint did echo markers back: the scanner saw them and classed them as self.
     const echo = /self-echo: (\d+) of/.exec(abort.notes.join('\n'));
-    expect(Number(echo?.[1])).toBeGreaterThan(200);
+    expect(Number(echo?.[1])).toBeGreaterThan(100);
   });
 });

@@ -5,6 +5,7 @@
  * inconclusive scenarios.
  */
 import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import type { TargetConfig } from './config.js';
 import type { MarkerEntry, MarkerRegistry } from './marker-registry.js';
 import type { ProbeFn, ProbeRequest } from './probe-fn.js';
@@ -41,8 +42,14 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
   const startedAt = clock().toISOString();
   const { target } = req;
   const tenants = buildTenants(target, deps.env ?? process.env, deps.requestTimeoutMs ?? target.schedule.timeoutMs);
+  // One cycle signal, listened to by every request in flight (dozens at once): lift the listener warning.
+  const cycle = new AbortController();
+  setMaxListeners(0, cycle.signal);
+  const forward = (): void => cycle.abort(req.signal.reason);
+  if (req.signal.aborted) forward();
+  else req.signal.addEventListener('abort', forward, { once: true });
   try {
-    const introspection = await introspect(tenants[0]!.client, { ...(target.model !== undefined ? { model: target.model } : {}), signal: req.signal });
+    const introspection = await introspect(tenants[0]!.client, { ...(target.model !== undefined ? { model: target.model } : {}), signal: cycle.signal });
     for (const n of introspection.notes) progress(`introspection: ${n}`);
     const model = target.model ?? introspection.models[0];
     const scenarios: ScenarioResult[] = [];
@@ -58,7 +65,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         introspection,
         registry: deps.registry,
         scanner: deps.scanner,
-        signal: req.signal,
+        signal: cycle.signal,
         budget: tokenBudget(req.tokenBudget),
         tuning: deps.tuning ?? {},
         calibration: { tried: false },
@@ -96,6 +103,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
       up: introspection.reachable,
     };
   } finally {
+    req.signal.removeEventListener('abort', forward);
     await Promise.all(tenants.map((t) => t.client.close()));
   }
 }

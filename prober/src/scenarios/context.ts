@@ -29,6 +29,8 @@ export interface ProbeTuning {
   plantTokens?: number;
   /** abort-race rounds per cycle. @default 4 */
   abortRounds?: number;
+  /** abort-race: fill most of the exposed KV pool with ballast generations so freed pages are reused at once. @default true */
+  abortBallast?: boolean;
   /** Generated tokens asked of readers and planters. @default 48 */
   readerMaxTokens?: number;
   /** Sizes (fractions of the context limit) swept when the pool is not exposed. @default [0.5, 0.75, 0.95] */

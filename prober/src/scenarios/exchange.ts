@@ -19,6 +19,10 @@ export interface ExchangeSpec {
   abortAfter?: AbortAfter;
   requestId?: string;
   extraBody?: Record<string, unknown>;
+  /** Ends the request early (in addition to the cycle's signal). */
+  signal?: AbortSignal;
+  /** Called on the first generated text (the request is then decoding and holds its KV pages). */
+  onFirstText?: () => void;
 }
 
 export interface Exchange {
@@ -38,7 +42,9 @@ export async function exchange(ctx: ScenarioContext, spec: ExchangeSpec): Promis
   const tenant = spec.tenant ?? ctx.tenants[0]!;
   const requestId = spec.requestId ?? ctx.newRequestId(spec.role);
   const session = ctx.scanner.open({ requestId, tenant: tenant.name, role: spec.role, runId: ctx.runId });
-  const abortAfter = { ...spec.abortAfter, signal: ctx.signal };
+  const signal = spec.signal === undefined ? ctx.signal : AbortSignal.any([ctx.signal, spec.signal]);
+  const abortAfter = { ...spec.abortAfter, signal };
+  let first = spec.onFirstText;
   const result = await tenant.client.complete({
     api: ctx.api,
     model: ctx.model,
@@ -48,7 +54,13 @@ export async function exchange(ctx: ScenarioContext, spec: ExchangeSpec): Promis
     stream: spec.stream ?? true,
     extraBody: { ...tenant.extraBody, ...spec.extraBody, ...(spec.stream ?? true ? { stream_options: { include_usage: true } } : {}) },
     abortAfter,
-    onText: (chunk) => session.push(chunk),
+    onText: (chunk) => {
+      session.push(chunk);
+      if (first !== undefined && chunk.length > 0) {
+        first();
+        first = undefined;
+      }
+    },
   });
   const matches = session.end();
   const record: RequestRecord = {

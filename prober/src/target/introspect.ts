@@ -25,6 +25,8 @@ export interface Introspection {
   contextTokens?: number;
   /** KV pool capacity in tokens (the smallest, where several pools or ranks exist). */
   poolTokens?: number;
+  /** The largest KV pool seen (in disaggregated serving, usually decode's, where reservations live). */
+  largestPoolTokens?: number;
   pageSize?: number;
   /** The longest input the server admits (SGLang's max_req_input_len). */
   maxInputTokens?: number;
@@ -131,6 +133,11 @@ export async function introspect(client: TargetClient, opts: IntrospectOptions =
       score.sglang += 3;
     } else {
       servers.push({ role: 'server', s: info });
+      // Some PD deployments (and the bundled engine) report each role's pool as a nested object.
+      for (const role of ['prefill', 'decode'] as const) {
+        const nested = info[role];
+        if (isRecord(nested)) servers.push({ role, s: nested });
+      }
     }
     for (const { role, s } of servers) {
       const ctx = int(s['context_length']) ?? int(s['max_context_length']);
@@ -138,7 +145,10 @@ export async function introspect(client: TargetClient, opts: IntrospectOptions =
       const page = int(s['page_size']);
       const maxIn = minInt([int(s['max_req_input_len']), ...ranks(s, (r) => int(r['max_req_input_len']))]);
       if (ctx !== undefined) infoContext = infoContext === undefined ? ctx : Math.min(infoContext, ctx);
-      if (pool !== undefined) out.poolTokens = out.poolTokens === undefined ? pool : Math.min(out.poolTokens, pool);
+      if (pool !== undefined) {
+        out.poolTokens = out.poolTokens === undefined ? pool : Math.min(out.poolTokens, pool);
+        out.largestPoolTokens = Math.max(out.largestPoolTokens ?? 0, pool);
+      }
       if (page !== undefined) out.pageSize ??= page;
       if (maxIn !== undefined) out.maxInputTokens = out.maxInputTokens === undefined ? maxIn : Math.min(out.maxInputTokens, maxIn);
       const found = [
@@ -171,6 +181,7 @@ export async function introspect(client: TargetClient, opts: IntrospectOptions =
       if (block !== undefined && blocks !== undefined) {
         const pool = block * blocks;
         out.poolTokens = out.poolTokens === undefined ? pool : Math.min(out.poolTokens, pool);
+        out.largestPoolTokens = Math.max(out.largestPoolTokens ?? 0, pool);
         out.pageSize ??= block;
         notes.push(`GET /metrics: vllm:cache_config_info num_gpu_blocks ${blocks} × block_size ${block} = ${pool} tokens`);
       } else {
