@@ -34,6 +34,8 @@ interface Probe {
   /** The over-limit answer holds a fragment of a marker another request planted. */
   foreignText: boolean;
   foreignPageReads: number;
+  /** Plant-then-over-limit rounds it took. */
+  tries?: number;
 }
 
 /** Four planters dense with markers (about the prefill pool in all), then a prompt between the pools' limits. */
@@ -60,6 +62,20 @@ async function plantThenOverLimit(e: RunningEngine): Promise<Probe> {
   return { status: res.status, id: chunks[0]?.id, text, foreignText, foreignPageReads: e.engine.stats().foreignPageReadsTotal - before };
 }
 
+/**
+ * Whether the over-limit answer happens to continue one of our markers depends on which stale pages the
+ * reservation inherited and where the copy head locks on: a per-try probability, not a certainty. Up to
+ * three tries (planting again each time) decide "foreign text" for a defense; status and ground truth add up.
+ */
+async function plantThenOverLimitTries(e: RunningEngine, tries = 3): Promise<Probe> {
+  let p: Probe = { ...(await plantThenOverLimit(e)), tries: 1 };
+  for (let i = 1; i < tries && !p.foreignText && p.status === 200 && p.foreignPageReads > 0; i++) {
+    const next = await plantThenOverLimit(e);
+    p = { ...next, foreignPageReads: p.foreignPageReads + next.foreignPageReads, tries: i + 1 };
+  }
+  return p;
+}
+
 function outcome(p: Probe): string {
   if (p.status >= 400 && p.status < 500 && p.text === '' && p.foreignPageReads === 0) return 'stops the leak: a clean 4xx before bootstrap';
   if (p.status >= 500 && p.foreignPageReads === 0) return 'fails closed (5xx), nothing foreign read';
@@ -76,7 +92,7 @@ describe('fault admission-checks-finished (the incident)', () => {
   it('answers an over-pool prompt with a 200 that continues another request’s marker, read through attention', async () => {
     const e = await startEngine({ preset: 'incident', scale: 64 });
     running.push(e);
-    const p = await plantThenOverLimit(e);
+    const p = await plantThenOverLimitTries(e);
     expect(p.status).toBe(200);
     expect(p.foreignText).toBe(true);
     expect(p.foreignPageReads).toBeGreaterThan(0);
@@ -87,7 +103,7 @@ describe('fault admission-checks-finished (the incident)', () => {
     expect(mine.every((x) => x.writers.every((w) => w >= 1 && w <= 4))).toBe(true); // the four planters
     expect(await (await fetch(`${e.url}/metrics`)).text()).toMatch(/^kvcanary_engine_foreign_page_reads_total [1-9]\d*$/m);
     // Prefill transferred one token (the placeholder); decode read the whole reservation.
-    expect(e.engine.stats().transfer?.tokensLanded).toBe(4 * 2664 + 1);
+    expect(e.engine.stats().transfer?.tokensLanded).toBe(p.tries! * (4 * 2664 + 1));
   });
 
   it('measures each defense alone on top of incident, and the README table says exactly that', async () => {
@@ -96,7 +112,7 @@ describe('fault admission-checks-finished (the incident)', () => {
     for (const defense of ['(none)', ...DEFENSES]) {
       const e = await startEngine({ preset: 'incident', scale: 64, defenses: defense === '(none)' ? [] : [defense], log: () => {} });
       running.push(e);
-      const p = await plantThenOverLimit(e);
+      const p = await plantThenOverLimitTries(e);
       results.set(defense, p);
       rows.push(row(defense, p));
       await e.close();
