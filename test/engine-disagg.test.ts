@@ -69,7 +69,9 @@ describe('disaggregated engine', () => {
     expect(streamed.status).toBe(200);
     expect(streamedText(await streamed.text())).toBe(rest);
     const s = e.engine.stats();
-    expect(s.transfer?.tokensLanded).toBe(2 * countPromptTokens(prompt));
+    // The repeat found the prompt in decode's prefix cache: prefill transferred only the rest.
+    expect(s.transfer?.tokensLanded).toBe(2 * countPromptTokens(prompt) - (s.prefixCache?.cachedTokensTotal ?? 0));
+    expect(s.prefixCache?.cachedTokensTotal).toBeGreaterThan(0);
     expect(s.foreignPageReadsTotal).toBe(0);
     expect(s.defended).toEqual({ pageTagMismatches: 0, staleBatchesDropped: 0, staleCopiesDropped: 0 });
   });
@@ -93,7 +95,7 @@ describe('disaggregated engine', () => {
     });
     const remediated = await start({ preset: 'remediated' });
     expect(await json(await fetch(`${remediated.url}/get_server_info`))).toMatchObject({ context_length: 16_384, max_total_num_tokens: 31_872 });
-    expect(await json(await fetch(`${remediated.url}/debug/config`))).toMatchObject({ faults: [], defenses: ['reject-before-bootstrap'] });
+    expect(await json(await fetch(`${remediated.url}/debug/config`))).toMatchObject({ faults: [], defenses: ['reject-before-bootstrap', 'salted-prefix-cache'] });
   });
 
   it('rejects a prompt over the prefill pool after bootstrap when admission is right: a 400, nothing read, the reservation freed', async () => {
@@ -134,7 +136,7 @@ describe('disaggregated engine', () => {
     const e = await start({ preset: 'disaggregated', transferLatencyMs: 10 });
     const controllers = Array.from({ length: 4 }, () => new AbortController());
     const jobs = controllers.map((c, i) =>
-      post(e.url, '/v1/completions', { prompt: random(3000), max_tokens: 500, stream: true }, { signal: c.signal })
+      post(e.url, '/v1/completions', { prompt: random(3000), max_tokens: 1000, stream: true }, { signal: c.signal })
         .then(async (r) => {
           if (i >= 2) await (r.body as ReadableStream).getReader().read(); // these two are aborted mid-decode
         })

@@ -103,7 +103,9 @@ describe('fault admission-checks-finished (the incident)', () => {
     expect(mine.every((x) => x.writers.every((w) => w >= 1 && w <= 4))).toBe(true); // the four planters
     expect(await (await fetch(`${e.url}/metrics`)).text()).toMatch(/^kvcanary_engine_foreign_page_reads_total [1-9]\d*$/m);
     // Prefill transferred one token (the placeholder); decode read the whole reservation.
-    expect(e.engine.stats().transfer?.tokensLanded).toBe(p.tries! * (4 * 2664 + 1));
+    // (Less what decode's prefix cache already held: the planters share their first blocks.)
+    const s = e.engine.stats();
+    expect(s.transfer?.tokensLanded).toBe(p.tries! * (4 * 2664 + 1) - (s.prefixCache?.cachedTokensTotal ?? 0));
   });
 
   it('measures each defense alone on top of incident, and the README table says exactly that', async () => {

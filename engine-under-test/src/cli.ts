@@ -36,6 +36,7 @@ ${Object.values(PRESETS)
   --page-size N          slots per KV page, multiple of 4 (default 16)
   --free-list POLICY     ${FREE_LIST_POLICIES.join(' | ')} (default fifo)
   --zero-on-release      zero KV pages when they are freed (default off, as real engines); same as --defense zero-on-release
+  --no-prefix-cache      turn the prefix cache off (single node; on by default, as in vLLM and SGLang)
   --chunk-tokens N       prompt tokens prefilled per scheduler step (default 4096)
   --model-id ID          served model name (default kvcanary-engine)
   --host HOST            default 127.0.0.1
@@ -75,6 +76,7 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
         'page-size': { type: 'string' },
         'free-list': { type: 'string' },
         'zero-on-release': { type: 'boolean' },
+        'no-prefix-cache': { type: 'boolean' },
         'chunk-tokens': { type: 'string' },
         'model-id': { type: 'string' },
         host: { type: 'string' },
@@ -116,6 +118,7 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
     ...(v['host-offload'] === true ? { hostOffload: true } : {}),
     ...(freeList !== undefined ? { freeList: freeList as FreeListPolicy } : {}),
     ...(v['zero-on-release'] === true ? { zeroOnRelease: true } : {}),
+    ...(v['no-prefix-cache'] === true ? { prefixCache: false } : {}),
     ...(v['model-id'] !== undefined ? { modelId: v['model-id'] } : {}),
     ...(v.host !== undefined ? { host: v.host } : {}),
   };
@@ -168,7 +171,7 @@ export async function engineMain(args: string[]): Promise<number> {
       : `prefill pool ${c.poolTokens} tokens, decode pool ${c.disaggregated.decodePoolTokens} tokens, pages of ${c.pageSize}`;
   process.stdout.write(
     `kvcanary engine listening on ${running.url} (preset ${c.preset}, ${c.mode}, context ${c.contextTokens} tokens, ` +
-      `${pools}, free list ${c.freeList}, faults [${c.faults.join(', ')}], defenses [${c.defenses.join(', ')}], ` +
+      `${pools}, free list ${c.freeList}, prefix cache ${c.prefixCache ? 'on' : 'off'}, faults [${c.faults.join(', ')}], defenses [${c.defenses.join(', ')}], ` +
       `kernel ${running.engine.info().kernel})\n`,
   );
   await new Promise<void>((resolve) => {

@@ -6,8 +6,8 @@
 import { DEFAULT_MODEL_CONFIG, type ModelConfig } from './model.js';
 import { FREE_LIST_POLICIES, type FreeListPolicy } from './free-list.js';
 import { DEFAULT_PRESET, PRESETS, type EngineMode } from './presets.js';
-import { DEFENSES, isDefenseName, type DefenseName } from './defenses.js';
-import { FAULTS, isFaultName, type FaultName } from './faults.js';
+import { DEFENSES, SINGLE_NODE_DEFENSES, isDefenseName, type DefenseName } from './defenses.js';
+import { FAULTS, PREFIX_CACHE_FAULTS, isFaultName, type FaultName } from './faults.js';
 import type { KernelPreference } from './attention/kernel.js';
 
 export interface EngineOptions {
@@ -39,6 +39,8 @@ export interface EngineOptions {
   hostOffload?: boolean;
   /** Host tier capacity in tokens. @default decode's pool capacity */
   hostCacheTokens?: number;
+  /** The prefix cache (decode's pool in the disaggregated mode; on by default, as in vLLM and SGLang). @default true */
+  prefixCache?: boolean;
   /** Slots per KV page, a multiple of 4 in [4, 1024]. @default 16 */
   pageSize?: number;
   /** @default 'fifo' */
@@ -84,6 +86,8 @@ export interface EngineConfig {
   pageSize: number;
   freeList: FreeListPolicy;
   zeroOnRelease: boolean;
+  /** Full prompt pages shared between requests by a chained block hash (prefix-cache.ts); decode's pool when disaggregated. */
+  prefixCache: boolean;
   chunkTokens: number;
   decodePositionsPerStep: number;
   maxRunning: number;
@@ -168,11 +172,20 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
   if (options.zeroOnRelease === true) defenseSet.add('zero-on-release');
   const defenses = DEFENSES.filter((d) => defenseSet.has(d));
   const disaggregatedPresets = Object.values(PRESETS).filter((p) => p.mode === 'disaggregated').map((p) => p.name);
+  // The host-offload tier is its own prefix-reuse path (decode loads a finished request's pages back on a
+  // prefix hit); the two are not combined, so naming the tier turns the device prefix cache off by default.
+  const hostTierNamed = options.hostOffload === true || faults.includes('offload-release-race');
+  const prefixCache = options.prefixCache ?? !hostTierNamed;
+  if (typeof prefixCache !== 'boolean') throw new EngineConfigError('prefixCache', `Expected \`prefixCache\` to be a boolean, got ${describe(prefixCache)}`);
+  const cacheFault = faults.find((f) => PREFIX_CACHE_FAULTS.includes(f));
+  if (cacheFault !== undefined && !prefixCache) {
+    throw new EngineConfigError('prefixCache', `The fault \`${cacheFault}\` lives in the prefix cache: it cannot be named with the prefix cache off`);
+  }
   if (preset.mode === 'single') {
-    const misplaced = [...faults, ...defenses.filter((d) => d !== 'zero-on-release')];
+    const misplaced = [...faults.filter((f) => !PREFIX_CACHE_FAULTS.includes(f)), ...defenses.filter((d) => !SINGLE_NODE_DEFENSES.includes(d))];
     if (misplaced.length > 0) {
       throw new EngineConfigError(
-        faults.length > 0 ? 'faults' : 'defenses',
+        isFaultName(misplaced[0] as string) ? 'faults' : 'defenses',
         `\`${misplaced[0]}\` needs a disaggregated preset (${disaggregatedPresets.join(', ')}); preset \`${preset.name}\` runs on one node`,
       );
     }
@@ -227,6 +240,7 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
     pageSize,
     freeList,
     zeroOnRelease: defenses.includes('zero-on-release'),
+    prefixCache,
     chunkTokens: options.chunkTokens === undefined ? 4096 : integer('chunkTokens', options.chunkTokens, 1),
     decodePositionsPerStep:
       options.decodePositionsPerStep === undefined ? 4_194_304 : integer('decodePositionsPerStep', options.decodePositionsPerStep, 1),

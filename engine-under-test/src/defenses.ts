@@ -3,7 +3,16 @@
  * shown to stop (or not stop) each fault. Composable: every defense is an independent check or fence.
  */
 
-export const DEFENSES = ['reject-before-bootstrap', 'deferred-release', 'page-tags', 'zero-on-release', 'transfer-integrity'] as const;
+export const DEFENSES = [
+  'reject-before-bootstrap',
+  'deferred-release',
+  'page-tags',
+  'zero-on-release',
+  'transfer-integrity',
+  'salted-prefix-cache',
+  'strong-prefix-hash',
+  'restore-fencing',
+] as const;
 export type DefenseName = (typeof DEFENSES)[number];
 
 export const DEFENSE_DESCRIPTIONS: Readonly<Record<DefenseName, string>> = {
@@ -18,7 +27,15 @@ export const DEFENSE_DESCRIPTIONS: Readonly<Record<DefenseName, string>> = {
   'transfer-integrity':
     'each transfer batch and host copy is tagged with room id, page generations and a checksum, verified under ' +
     'the page locks when it lands; a stale or corrupt one is dropped and counted',
+  'salted-prefix-cache': 'the prefix cache always mixes `cache_salt` into block 0\'s hash: different salts never share',
+  'strong-prefix-hash': 'the prefix cache keys blocks by a SHA-256 chain over the exact token ids of every block before them',
+  'restore-fencing':
+    'a prefix-cache restore takes only entries written in full and still on the allocation they were made on ' +
+    '(generation checked), pinned by reference count for as long as the request holds them',
 };
+
+/** Defenses that work in single-node mode (the prefix cache's, and zeroing). */
+export const SINGLE_NODE_DEFENSES: readonly DefenseName[] = ['zero-on-release', 'salted-prefix-cache', 'strong-prefix-hash', 'restore-fencing'];
 
 export function isDefenseName(name: string): name is DefenseName {
   return (DEFENSES as readonly string[]).includes(name);

@@ -56,6 +56,8 @@ export interface TextEnd {
   finishReason: FinishReason;
   promptTokens: number;
   completionTokens: number;
+  /** Prompt tokens served from the prefix cache; undefined when the engine has none. */
+  cachedTokens: number | undefined;
 }
 
 export class GenerationFailed extends Error {
@@ -85,7 +87,7 @@ export async function* textStream(handle: RequestHandle, stops: readonly string[
       if (text.length > 0) yield text;
       if (stopped) {
         handle.abort();
-        return { finishReason: 'stop', promptTokens: handle.promptTokens, completionTokens };
+        return { finishReason: 'stop', promptTokens: handle.promptTokens, completionTokens, cachedTokens: handle.cachedTokens };
       }
       continue;
     }
@@ -93,7 +95,12 @@ export async function* textStream(handle: RequestHandle, stops: readonly string[
       const { text, stopped } = matcher.push(decoder.flush());
       const rest = stopped ? text : text + matcher.flush();
       if (rest.length > 0) yield rest;
-      return { finishReason: stopped ? 'stop' : 'length', promptTokens: event.promptTokens, completionTokens: event.completionTokens };
+      return {
+        finishReason: stopped ? 'stop' : 'length',
+        promptTokens: event.promptTokens,
+        completionTokens: event.completionTokens,
+        cachedTokens: event.cachedTokens ?? handle.cachedTokens,
+      };
     }
     if (event.reason === 'rejected' && event.rejection !== undefined) {
       throw new GenerationFailed('ENGINE_REQUEST_REJECTED', event.rejection.message, event.rejection);

@@ -5,6 +5,7 @@
 import type { PromptKind, Rejection } from './admission.js';
 import type { ExposureSnapshot } from './exposure-log.js';
 import type { KvPoolStats } from './kv-pool.js';
+import type { PrefixCacheStats } from './prefix-cache.js';
 import type { EngineMode } from './presets.js';
 import type { SamplingParams } from './sampler.js';
 
@@ -16,6 +17,8 @@ export interface GenerationRequest {
   sampling: SamplingParams;
   /** Wording of rejections only. @default 'prompt' */
   promptKind?: PromptKind;
+  /** vLLM's `cache_salt`: mixed into the prefix cache's first block hash, so only equal salts share. */
+  cacheSalt?: string;
 }
 
 export type EngineEvent =
@@ -33,12 +36,16 @@ export type EngineEvent =
       message?: string;
       /** Present when reason is 'rejected'. */
       rejection?: Rejection;
+      /** Prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens). */
+      cachedTokens?: number;
     };
 
 export interface RequestHandle {
   /** Engine-wide request id (also the writer/reader id in the KV pool and the exposure log). */
   readonly id: number;
   readonly promptTokens: number;
+  /** Prompt tokens served from the prefix cache, known once admitted (undefined without a prefix cache). */
+  readonly cachedTokens?: number;
   /** Iterate once. Stopping early aborts the request. */
   readonly events: AsyncIterable<EngineEvent>;
   /** Stop generating and release the request's pages now. Idempotent. */
@@ -63,6 +70,8 @@ export interface EngineInfo {
   numPages: number;
   freeList: string;
   zeroOnRelease: boolean;
+  /** The prefix cache is on. */
+  prefixCache?: boolean;
   chunkTokens: number;
   maxRunning: number;
   kernel: string;
@@ -96,6 +105,8 @@ export interface EngineStats {
   hostOffload?: HostOffloadStats;
   /** What the defenses caught (0 when a defense is off). */
   defended?: DefenseStats;
+  /** The prefix cache, when on (single-node mode). `promptTokensTotal` counts only prompt tokens prefilled. */
+  prefixCache?: PrefixCacheStats;
 }
 
 export interface TransferStats {
@@ -135,6 +146,8 @@ export interface Engine {
    * workers and waits for their answers (see disagg/sync-call.ts).
    */
   checkInvariants(): string[];
+  /** Drops every prefix-cache entry (pages stay with their holders or on the free list); returns how many. */
+  flushPrefixCache?(): number;
   /** Aborts everything and stops scheduling. */
   close(): Promise<void>;
 }

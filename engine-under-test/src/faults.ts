@@ -4,7 +4,14 @@
  * lets through reaches a response only through attention over what a page table points at.
  */
 
-export const FAULTS = ['admission-checks-finished', 'late-write', 'offload-release-race'] as const;
+export const FAULTS = [
+  'admission-checks-finished',
+  'late-write',
+  'offload-release-race',
+  'prefix-cache-ignores-salt',
+  'weak-prefix-hash',
+  'prompt-cache-restore-race',
+] as const;
 export type FaultName = (typeof FAULTS)[number];
 
 export const FAULT_DESCRIPTIONS: Readonly<Record<FaultName, string>> = {
@@ -19,7 +26,19 @@ export const FAULT_DESCRIPTIONS: Readonly<Record<FaultName, string>> = {
     'the host-offload tier (KV pages written back to host memory when a request ends, loaded back on a prefix ' +
     'hit) releases pages when a copy is issued, not when it is done, so a copy can read or write pages that ' +
     'another request already owns; turns the tier on',
+  'prefix-cache-ignores-salt':
+    'the prefix cache does not mix `cache_salt` into its block hash (SGLang HiCache, PR #37058): requests with ' +
+    'different salts share cached pages (cached_tokens and time to first token show it across tenants)',
+  'weak-prefix-hash':
+    'the prefix cache keys a block by a 32-bit hash of the multiset of its tokens (CVE-2025-25183 class): any ' +
+    'permutation of a cached block collides with it, and the hit serves the other prompt\'s KV',
+  'prompt-cache-restore-race':
+    'a prefix-cache entry is not dropped when its page is handed to another request (llama.cpp #27148): a ' +
+    'request with the entry\'s prefix restores pages another request is using or has just written',
 };
+
+/** The faults that live in the prefix cache (single-node mode). */
+export const PREFIX_CACHE_FAULTS: readonly FaultName[] = ['prefix-cache-ignores-salt', 'weak-prefix-hash', 'prompt-cache-restore-race'];
 
 export function isFaultName(name: string): name is FaultName {
   return (FAULTS as readonly string[]).includes(name);

@@ -13,10 +13,18 @@
  *   or host copy that may still touch it, counted in shared memory by whoever issued it) is parked in a
  *   pending set instead; `reclaim()` frees parked pages whose leases are gone. Whatever the caller's own
  *   protocol gets wrong about "safe to reallocate", a page cannot be handed out while a write may land.
+ * - Sharing (the prefix cache): `share` puts pages another sequence computed at the head of a fresh table.
+ *   A page then has a reference count (tables holding it) and the owner SHARED_OWNER; it returns to the free
+ *   list only when its last holder releases it. Free pages may still be cached (their keys are kept until
+ *   the allocator hands them out again, when `onReuse` tells the cache), so sharing can take a page back
+ *   off the free list.
  * - Ownership changes happen under the page's lock (see kv-memory.ts), so a checked copy on another
  *   thread sees owner and generation either before or after a reallocation, never half of it.
  */
 import { KvMemory, NO_OWNER, PageState } from './kv-memory.js';
+
+/** Owner tag of a page held through the prefix cache (by one table or several). */
+export const SHARED_OWNER = -3;
 import { FreeList, type FreeListPolicy } from './free-list.js';
 
 export interface KvPoolOptions {
@@ -31,6 +39,14 @@ export interface KvPoolOptions {
   memory?: KvMemory;
   /** Keep released pages with leases off the free list until the leases are gone. @default false */
   deferRelease?: boolean;
+  /** Called when a free page's contents stop being what they were: handed out again, or zeroed. */
+  onReuse?: (page: number) => void;
+  /**
+   * Whether a page holds a prefix-cache entry. With `zeroOnRelease`, such a page is zeroed when it is handed
+   * out again rather than when released (zeroing it at release would empty the cache); either way no new
+   * owner ever sees its data.
+   */
+  isCached?: (page: number) => boolean;
 }
 
 export type AllocationResult =
@@ -38,7 +54,7 @@ export type AllocationResult =
   | { ok: false; code: 'KV_POOL_EXHAUSTED'; requested: number; free: number };
 
 export class KvPoolError extends Error {
-  constructor(readonly code: 'KV_TABLE_EXISTS' | 'KV_TABLE_RELEASED' | 'KV_PAGE_NOT_OWNED', message: string) {
+  constructor(readonly code: 'KV_TABLE_EXISTS' | 'KV_TABLE_RELEASED' | 'KV_PAGE_NOT_OWNED' | 'KV_SHARE_INVALID', message: string) {
     super(message);
     this.name = 'KvPoolError';
   }
@@ -94,6 +110,10 @@ export interface KvPoolStats {
   pendingReleasePages: number;
   /** Pages ever held back that way (monotonic): shows deferred release engaged. */
   parkedPagesTotal: number;
+  /** Pages currently held by more than one table (pools with a prefix cache). */
+  sharedPages?: number;
+  /** Page references handed out by `share` (monotonic). */
+  sharedPagesTotal?: number;
 }
 
 export class KvPool {
@@ -107,6 +127,13 @@ export class KvPool {
   /** Pages released while leased, in release order (deferRelease only). */
   private pending: number[] = [];
   private readonly tables = new Map<number, PageTable>();
+  /** Tables holding each page (main thread only). */
+  private readonly refs: Int32Array;
+  private readonly onReuse: ((page: number) => void) | undefined;
+  private readonly isCached: ((page: number) => boolean) | undefined;
+  /** Free pages whose zeroing was deferred until they are handed out (cached pages, zeroOnRelease). */
+  private readonly zeroPending: Uint8Array;
+  private sharedTotal = 0;
   private allocatedTotal = 0;
   private releasedTotal = 0;
   private parkedTotal = 0;
@@ -118,6 +145,10 @@ export class KvPool {
     this.policy = options.freeList ?? 'fifo';
     this.zeroOnRelease = options.zeroOnRelease ?? false;
     this.deferRelease = options.deferRelease ?? false;
+    this.refs = new Int32Array(this.numPages);
+    this.onReuse = options.onReuse;
+    this.isCached = options.isCached;
+    this.zeroPending = new Uint8Array(this.numPages);
     this.free = new FreeList(this.numPages, this.policy);
     for (let p = 0; p < this.numPages; p++) this.free.push(p);
   }
@@ -146,6 +177,8 @@ export class KvPool {
       tables: this.tables.size,
       pendingReleasePages: this.pending.length,
       parkedPagesTotal: this.parkedTotal,
+      sharedPages: this.refs.reduce((n, r) => (r > 1 ? n + 1 : n), 0),
+      sharedPagesTotal: this.sharedTotal,
     };
   }
 
@@ -157,6 +190,41 @@ export class KvPool {
     return table;
   }
 
+  /** The page is on the free list (possibly still cached). */
+  isFree(page: number): boolean {
+    return this.free.has(page);
+  }
+
+  /** Whether `share` can take the page: free (its contents kept), or held by some table (not parked). */
+  canShare(page: number): boolean {
+    return this.free.has(page) || ((this.refs[page] as number) > 0 && this.memory.state[page] === PageState.allocated);
+  }
+
+  /**
+   * Puts `pages` (cached pages: held by other tables, or free with their contents intact) at the head of an
+   * empty `table` and pins them. Free ones come off the free list; the caller checked there is room.
+   */
+  share(table: PageTable, pages: readonly number[]): void {
+    if (table.released) throw new KvPoolError('KV_TABLE_RELEASED', `page table of owner ${table.owner} was already released`);
+    if (table.length !== 0) throw new KvPoolError('KV_SHARE_INVALID', `shared pages must come first; table of ${table.owner} already holds ${table.length}`);
+    const m = this.memory;
+    for (const page of pages) {
+      if (this.free.remove(page)) {
+        m.lockPage(page);
+        m.state[page] = PageState.allocated;
+        m.unlockPage(page);
+      } else if ((this.refs[page] as number) < 1 || m.state[page] !== PageState.allocated) {
+        throw new KvPoolError('KV_SHARE_INVALID', `page ${page} is neither free nor held; it cannot be shared`);
+      }
+      m.lockPage(page);
+      m.owner[page] = SHARED_OWNER;
+      m.unlockPage(page);
+      this.refs[page] = (this.refs[page] as number) + 1;
+      table.append(page);
+      this.sharedTotal++;
+    }
+  }
+
   /** Appends `count` pages to `table`, or takes nothing and reports why. */
   allocate(table: PageTable, count: number): AllocationResult {
     if (table.released) throw new KvPoolError('KV_TABLE_RELEASED', `page table of owner ${table.owner} was already released`);
@@ -165,7 +233,13 @@ export class KvPool {
     const pages = new Int32Array(count);
     for (let i = 0; i < count; i++) {
       const page = this.free.pop();
+      this.onReuse?.(page);
+      this.refs[page] = 1;
       m.lockPage(page);
+      if (this.zeroPending[page] === 1) {
+        m.zeroPage(page);
+        this.zeroPending[page] = 0;
+      }
       m.owner[page] = table.owner;
       m.generation[page] = ((m.generation[page] as number) + 1) | 0;
       m.state[page] = PageState.allocated;
@@ -185,12 +259,17 @@ export class KvPool {
     const pages = table.pages;
     for (let i = 0; i < pages.length; i++) {
       const page = pages[i] as number;
-      if (m.owner[page] !== table.owner) {
+      if (m.owner[page] !== table.owner && m.owner[page] !== SHARED_OWNER) {
         throw new KvPoolError('KV_PAGE_NOT_OWNED', `page ${page} is owned by ${m.owner[page]}, not by ${table.owner}`);
       }
     }
+    let returned = 0;
     for (let i = 0; i < pages.length; i++) {
       const page = pages[i] as number;
+      const refs = (this.refs[page] as number) - 1;
+      this.refs[page] = refs;
+      if (refs > 0) continue; // another table still holds it
+      returned++;
       if (this.deferRelease && Atomics.load(m.leases, page) > 0) {
         m.state[page] = PageState.pendingRelease;
         this.pending.push(page);
@@ -200,7 +279,7 @@ export class KvPool {
       }
     }
     const count = pages.length;
-    this.releasedTotal += count;
+    this.releasedTotal += returned;
     table.clear();
     table.released = true;
     this.tables.delete(table.owner);
@@ -229,7 +308,13 @@ export class KvPool {
     m.lockPage(page);
     m.owner[page] = NO_OWNER;
     m.state[page] = PageState.free;
-    if (this.zeroOnRelease) m.zeroPage(page);
+    if (this.zeroOnRelease) {
+      if (this.isCached?.(page) === true) this.zeroPending[page] = 1;
+      else {
+        m.zeroPage(page);
+        this.onReuse?.(page);
+      }
+    }
     m.unlockPage(page);
     this.free.push(page);
   }
@@ -250,14 +335,21 @@ export class KvPool {
       if (m.state[page] !== PageState.free) problems.push(`page ${page} is on the free list but in state ${m.state[page]}`);
       if (m.owner[page] !== NO_OWNER) problems.push(`page ${page} is on the free list but owned by ${m.owner[page]}`);
     }
+    const holders = new Int32Array(this.numPages);
     for (const [owner, table] of this.tables) {
       for (const page of table.pages) {
         const seen = where[page] as number;
         if (seen === -1) problems.push(`page ${page} is both free and in the table of ${owner}`);
-        else if (seen !== -2) problems.push(`page ${page} has two owners: ${seen} and ${owner}`);
+        else if (seen !== -2 && m.owner[page] !== SHARED_OWNER) problems.push(`page ${page} has two owners: ${seen} and ${owner}`);
         where[page] = owner;
-        if (m.owner[page] !== owner) problems.push(`page ${page} is in the table of ${owner} but tagged owner ${m.owner[page]}`);
+        holders[page] = (holders[page] as number) + 1;
+        if (m.owner[page] !== owner && m.owner[page] !== SHARED_OWNER) problems.push(`page ${page} is in the table of ${owner} but tagged owner ${m.owner[page]}`);
         if (m.state[page] !== PageState.allocated) problems.push(`page ${page} is in a table but in state ${m.state[page]}`);
+      }
+    }
+    for (let p = 0; p < this.numPages; p++) {
+      if (holders[p] !== this.refs[p] && !(holders[p] === 0 && this.refs[p] === 0)) {
+        problems.push(`page ${p} is held by ${holders[p]} table(s) but its reference count is ${this.refs[p]}`);
       }
     }
     for (const page of this.pending) {

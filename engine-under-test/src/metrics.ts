@@ -109,6 +109,20 @@ export function createEngineMetrics(engine: Engine, registry: Registry = new Reg
   mirroredCounter(
     registry,
     engine,
+    'kvcanary_engine_prefix_cache_cached_tokens_total',
+    'Prompt tokens served from the prefix cache instead of prefill (usage.prompt_tokens_details.cached_tokens).',
+    (s) => s.prefixCache?.cachedTokensTotal ?? 0,
+  );
+  mirroredCounter(
+    registry,
+    engine,
+    'kvcanary_engine_prefix_cache_stale_restores_refused_total',
+    'restore-fencing defense: prefix-cache entries refused at restore because their page was handed out since.',
+    (s) => s.prefixCache?.staleRestoresRefused ?? 0,
+  );
+  mirroredCounter(
+    registry,
+    engine,
     'kvcanary_engine_foreign_page_reads_total',
     'Ground truth: KV pages read by attention that held data written by another request (one per page per read).',
     (s) => s.foreignPageReadsTotal,

@@ -59,7 +59,7 @@ export const PRESETS: Readonly<Record<string, Preset>> = {
     poolTokens: REMEDIATED_PREFILL_POOL,
     decodePoolTokens: MIB_TOKENS + HEADROOM,
     faults: [],
-    defenses: ['reject-before-bootstrap'],
+    defenses: ['reject-before-bootstrap', 'salted-prefix-cache'],
   },
   hardened: {
     name: 'hardened',

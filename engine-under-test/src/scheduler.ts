@@ -11,12 +11,15 @@
  *   3. decode: one token for each decoding sequence, round-robin, until `decodePositionsPerStep`
  *      attention positions have been read (at least one sequence per step), so a step's length stays
  *      bounded even with several million-token sequences.
+ * With a prefix cache, admission first looks the prompt's blocks up and pins the cached run (their prefill
+ * is skipped: kvWritten starts after them), and prefill registers each prompt page once it is written in full.
  * A finished or aborted sequence releases its pages at once: "stop computing", "stop writing",
  * "stop reading" and "safe to reallocate" coincide here because everything happens on one thread between
  * steps; the disaggregated mode is where they come apart.
  */
 import type { KvPool } from './kv-pool.js';
 import type { InductionModel } from './model.js';
+import type { PrefixCache } from './prefix-cache.js';
 import type { Sequence } from './sequence.js';
 
 export interface SchedulerOptions {
@@ -56,6 +59,7 @@ export class Scheduler {
     private readonly model: InductionModel,
     private readonly options: SchedulerOptions,
     private readonly defer: (fn: () => void) => void = setImmediate,
+    private readonly cache?: PrefixCache,
   ) {}
 
   get waitingCount(): number {
@@ -132,9 +136,21 @@ export class Scheduler {
   private admit(): void {
     while (this.waiting.length > 0 && this.running.length < this.options.maxRunning) {
       const seq = this.waiting[0] as Sequence;
-      const needed = this.pool.pagesFor(seq.reservationTokens);
-      if (needed > this.pool.freePages) return;
-      const table = this.pool.createTable(seq.id, needed);
+      const total = this.pool.pagesFor(seq.reservationTokens);
+      let hits: number[] = [];
+      if (this.cache !== undefined) {
+        seq.prefix ??= this.cache.plan(seq.tokens.subarray(0, seq.promptLength), seq.cacheSalt);
+        hits = this.cache.lookup(seq.prefix);
+        const unusable = hits.findIndex((p) => !this.pool.canShare(p));
+        if (unusable >= 0) hits = hits.slice(0, unusable);
+      }
+      // Cached pages sitting on the free list come off it too.
+      let revived = 0;
+      for (const page of hits) if (this.pool.isFree(page)) revived++;
+      const needed = total - hits.length;
+      if (needed + revived > this.pool.freePages) return;
+      const table = this.pool.createTable(seq.id, total);
+      this.pool.share(table, hits);
       const result = this.pool.allocate(table, needed);
       if (!result.ok) {
         this.pool.release(table);
@@ -143,6 +159,11 @@ export class Scheduler {
       this.waiting.shift();
       seq.table = table;
       seq.phase = 'prefill';
+      if (this.cache !== undefined && seq.prefix !== undefined) {
+        this.cache.borrowed(seq.id, seq.prefix, hits);
+        seq.cachedTokens = hits.length * this.pool.pageSize;
+        seq.kvWritten = seq.cachedTokens;
+      }
       this.running.push(seq);
     }
   }
@@ -155,6 +176,7 @@ export class Scheduler {
       try {
         const n = Math.min(budget, seq.promptLength - seq.kvWritten);
         this.model.writeKv(this.pagesOf(seq), seq.tokens, seq.kvWritten, seq.kvWritten + n, seq.id);
+        this.registerWritten(seq, seq.kvWritten, seq.kvWritten + n);
         seq.kvWritten += n;
         budget -= n;
         this.counters.promptTokensTotal += n;
@@ -202,6 +224,21 @@ export class Scheduler {
     if (seq.generated >= seq.maxTokens) this.finish(seq, 'length');
   }
 
+  /** Prompt pages completed by a write of positions [from, to) become cache entries (and ground truth). */
+  private registerWritten(seq: Sequence, from: number, to: number): void {
+    const cache = this.cache;
+    const plan = seq.prefix;
+    if (cache === undefined || plan === undefined) return;
+    const P = this.pool.pageSize;
+    const pages = this.pagesOf(seq);
+    const last = Math.min(Math.floor(to / P), plan.keys.length);
+    for (let b = Math.floor(from / P); b < last; b++) {
+      const page = pages[b] as number;
+      cache.written(plan, b, page, seq.id);
+      cache.register(plan, b, page);
+    }
+  }
+
   private pagesOf(seq: Sequence): Int32Array {
     if (seq.table === undefined) throw new Error(`sequence ${seq.id} has no page table`);
     return seq.table.pages;
@@ -215,12 +252,14 @@ export class Scheduler {
     if (seq.phase === 'finished') return;
     seq.phase = 'finished';
     if (seq.table !== undefined) this.pool.release(seq.table);
+    this.cache?.finished(seq.id);
     this.counters.finishedTotal[reason]++;
     seq.channel.push({
       type: 'end',
       reason,
       promptTokens: seq.promptLength,
       completionTokens: seq.generated,
+      ...(this.cache !== undefined ? { cachedTokens: seq.cachedTokens } : {}),
       ...(message !== undefined ? { message } : {}),
     });
     seq.channel.close();

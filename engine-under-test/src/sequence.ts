@@ -10,6 +10,7 @@
 import type { EngineEvent, GenerationRequest } from './engine.js';
 import type { EventChannel } from './event-channel.js';
 import type { PageTable } from './kv-pool.js';
+import type { PrefixPlan } from './prefix-cache.js';
 import { createSampler, type Sampler } from './sampler.js';
 
 export type SequencePhase = 'waiting' | 'prefill' | 'decode' | 'finished';
@@ -28,6 +29,11 @@ export class Sequence {
   table: PageTable | undefined;
   /** Scheduler step in which this sequence last produced a token (one token per step). */
   lastStep = -1;
+  readonly cacheSalt: string | undefined;
+  /** Prefix-cache keys of the prompt's blocks (computed once, when first considered for admission). */
+  prefix: PrefixPlan | undefined;
+  /** Prompt tokens whose KV came from the prefix cache. */
+  cachedTokens = 0;
 
   constructor(
     readonly id: number,
@@ -40,6 +46,7 @@ export class Sequence {
     this.tokens.set(request.promptTokens);
     this.length = this.promptLength;
     this.sample = createSampler(request.sampling);
+    this.cacheSalt = request.cacheSalt;
   }
 
   /** Slots this sequence reserves in the pool. */

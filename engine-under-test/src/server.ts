@@ -74,6 +74,7 @@ export function createEngineServer(options: EngineServerOptions): Server {
       maxTokens: params.maxTokens,
       sampling: params.sampling,
       promptKind: params.promptKind,
+      ...(params.cacheSalt !== undefined ? { cacheSalt: params.cacheSalt } : {}),
     });
     if (!submitted.ok) {
       if ('rejection' in submitted) {
@@ -94,6 +95,7 @@ export function createEngineServer(options: EngineServerOptions): Server {
       prompt_tokens: end.promptTokens,
       completion_tokens: end.completionTokens,
       total_tokens: end.promptTokens + end.completionTokens,
+      ...(end.cachedTokens !== undefined ? { prompt_tokens_details: { cached_tokens: end.cachedTokens } } : {}),
     });
     const pieces = textStream(handle, params.stop);
 
@@ -237,6 +239,7 @@ export function createEngineServer(options: EngineServerOptions): Server {
       page_size: i.pageSize,
       kv_free_list_policy: i.freeList,
       kv_zero_on_release: i.zeroOnRelease,
+      prefix_cache: i.prefixCache === true,
       ...(i.details !== undefined ? { details: i.details } : {}),
     };
   }

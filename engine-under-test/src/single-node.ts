@@ -11,6 +11,7 @@ import { EventChannel } from './event-channel.js';
 import { ExposureLog } from './exposure-log.js';
 import { KvPool } from './kv-pool.js';
 import { InductionModel } from './model.js';
+import { PrefixCache, prefixCacheOptions } from './prefix-cache.js';
 import { Scheduler } from './scheduler.js';
 import { Sequence } from './sequence.js';
 
@@ -22,23 +23,34 @@ export interface EngineDeps {
 
 export function createSingleNodeEngine(config: EngineConfig, deps: EngineDeps = {}): Engine {
   const clock = deps.clock ?? systemClock;
+  let cache: PrefixCache | undefined;
   const pool = new KvPool({
     numPages: config.numPages,
     pageSize: config.pageSize,
     freeList: config.freeList,
     zeroOnRelease: config.zeroOnRelease,
+    onReuse: (page) => cache?.invalidate(page),
+    isCached: (page) => cache?.holds(page) === true,
   });
+  if (config.prefixCache) {
+    cache = new PrefixCache(pool.memory, prefixCacheOptions(config, pool.pageSize, pool.numPages));
+  }
   const exposures = new ExposureLog(clock);
   const model = new InductionModel(pool.memory, {
     config: config.model,
     kernel: config.kernel,
-    onForeignRead: (reader, read) => exposures.record(reader, read),
+    onForeignRead: (reader, read) => {
+      // A same-tenant read of a page cached for the same tokens is the cache working, not a leak.
+      const foreign = cache === undefined ? read : cache.screen(reader, read);
+      if (foreign !== undefined) exposures.record(reader, foreign);
+    },
   });
   const scheduler = new Scheduler(
     pool,
     model,
     { chunkTokens: config.chunkTokens, decodePositionsPerStep: config.decodePositionsPerStep, maxRunning: config.maxRunning },
     deps.defer,
+    cache,
   );
   const rejectedTotal: Record<string, number> = {};
   const startedAt = Math.floor(clock.now() / 1000);
@@ -54,6 +66,7 @@ export function createSingleNodeEngine(config: EngineConfig, deps: EngineDeps = 
     numPages: pool.numPages,
     freeList: pool.policy,
     zeroOnRelease: pool.zeroOnRelease,
+    prefixCache: cache !== undefined,
     chunkTokens: config.chunkTokens,
     maxRunning: config.maxRunning,
     kernel: model.kernel.name,
@@ -87,9 +100,13 @@ export function createSingleNodeEngine(config: EngineConfig, deps: EngineDeps = 
       if (seq !== undefined) scheduler.abort(seq);
     });
     seq = new Sequence(id, request, channel);
+    const admitted = seq;
     const handle: RequestHandle = {
       id,
       promptTokens,
+      get cachedTokens() {
+        return cache === undefined ? undefined : admitted.cachedTokens;
+      },
       events: channel,
       abort: () => scheduler.abort(seq),
     };
@@ -112,6 +129,7 @@ export function createSingleNodeEngine(config: EngineConfig, deps: EngineDeps = 
       rejectedTotal: { ...rejectedTotal },
       foreignPageReadsTotal: exposures.total,
       steps: c.steps,
+      ...(cache !== undefined ? { prefixCache: cache.stats() } : {}),
     };
   }
 
@@ -121,6 +139,7 @@ export function createSingleNodeEngine(config: EngineConfig, deps: EngineDeps = 
     stats,
     exposures: () => exposures.snapshot(),
     checkInvariants: () => pool.checkInvariants(),
+    ...(cache !== undefined ? { flushPrefixCache: () => (cache as PrefixCache).flush() } : {}),
     close: async () => scheduler.close(),
   };
 }

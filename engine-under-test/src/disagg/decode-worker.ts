@@ -15,11 +15,18 @@
  * `offload-release-race` fault releases at once despite host copies in flight. `deferred-release` parks such
  * pages until their leases are gone, whatever this protocol decided; `page-tags` checks every page's tag
  * before each read and fails the request closed on a mismatch.
+ *
+ * The prefix cache (prefix-cache.ts) lives here, on decode's pool, where pages are read: at admission the
+ * prompt's cached run is shared into the new table and prefill is bootstrapped to start after it
+ * (`skipTokens`), so prefill computes and transfers only the rest. A room's prompt pages become entries
+ * once prefill reports them landed. Under `page-tags`, a shared page is checked against the generation it
+ * had when it was shared (it is SHARED, not the reader's), the rest as before.
  */
 import type { MessagePort } from 'node:worker_threads';
 import type { DisaggregatedConfig, EngineConfig } from '../config.js';
 import { KvMemory } from '../kv-memory.js';
-import { KvPool, type PageTable } from '../kv-pool.js';
+import { KvPool, SHARED_OWNER, type PageTable } from '../kv-pool.js';
+import { PrefixCache, prefixCacheOptions, type PrefixPlan } from '../prefix-cache.js';
 import { InductionModel } from '../model.js';
 import { createSampler, type Sampler, type SamplingParams } from '../sampler.js';
 import { HostCopies } from './host-copies.js';
@@ -50,12 +57,18 @@ class DecodeSequence {
   writingBack = false;
   /** The prompt's KV was complete when it ended (so it may be written back). */
   promptComplete = false;
+  prefix: PrefixPlan | undefined;
+  /** Generations of the shared pages at the head of the table, when they were shared. */
+  sharedGens: Int32Array = new Int32Array(0);
+  /** Prompt positions prefill was told to skip (shared or loaded from the host tier). */
+  skipTokens = 0;
 
   constructor(
     readonly id: number,
     prompt: Uint16Array,
     readonly maxTokens: number,
     sampling: SamplingParams,
+    readonly cacheSalt: string | undefined,
   ) {
     this.promptLength = prompt.length;
     this.tokens = new Uint16Array(prompt.length + maxTokens);
@@ -76,6 +89,7 @@ export class DecodeWorker {
   readonly pool: KvPool;
   private readonly model: InductionModel;
   private readonly tier: HostTier | undefined;
+  private readonly cache: PrefixCache | undefined;
   private readonly copies: HostCopies | undefined;
   private readonly sequences = new Map<number, DecodeSequence>();
   private readonly waiting: DecodeSequence[] = [];
@@ -112,11 +126,18 @@ export class DecodeWorker {
       freeList: c.freeList,
       zeroOnRelease: c.zeroOnRelease,
       deferRelease: c.defenses.includes('deferred-release'),
+      onReuse: (page) => this.cache?.invalidate(page),
+      isCached: (page) => this.cache?.holds(page) === true,
     });
+    this.cache = c.prefixCache ? new PrefixCache(memory, prefixCacheOptions(c, c.pageSize, memory.numPages)) : undefined;
     this.model = new InductionModel(memory, {
       config: c.model,
       kernel: c.kernel,
-      onForeignRead: (reader, read) => this.events.push({ k: 'foreign', reader, pages: read.pages, writers: read.writers }),
+      onForeignRead: (reader, r) => {
+        // A same-tenant read of a page cached for the same tokens is the cache working, not a leak.
+        const read = this.cache === undefined ? r : this.cache.screen(reader, r);
+        if (read !== undefined) this.events.push({ k: 'foreign', reader, pages: read.pages, writers: read.writers });
+      },
     });
     this.releaseAtOnceDespiteTransfer = c.faults.includes('late-write');
     this.releaseAtOnceDespiteCopies = c.faults.includes('offload-release-race');
@@ -144,7 +165,7 @@ export class DecodeWorker {
   onRouterMessage(message: ToDecode, reply?: SharedArrayBuffer): void {
     switch (message.t) {
       case 'add': {
-        const seq = new DecodeSequence(message.id, message.prompt, message.maxTokens, message.sampling);
+        const seq = new DecodeSequence(message.id, message.prompt, message.maxTokens, message.sampling, message.cacheSalt);
         this.sequences.set(seq.id, seq);
         this.waiting.push(seq);
         break;
@@ -165,6 +186,7 @@ export class DecodeWorker {
     seq.transferClosed = true;
     if (message.t === 'transferred') {
       seq.transferDone = true;
+      this.registerLanded(seq, message.tokens);
       this.maybeReady(seq);
     } else if (message.t === 'rejected' && seq.phase !== 'ending') {
       // Prefill's admission refused it; the router answers the client. Free the reservation, unread.
@@ -231,9 +253,21 @@ export class DecodeWorker {
     const P = this.config.pageSize;
     while (this.waiting.length > 0 && this.active.length < this.config.maxRunning) {
       const seq = this.waiting[0] as DecodeSequence;
-      const needed = this.pool.pagesFor(seq.promptLength + seq.maxTokens);
-      if (needed > this.pool.freePages) return;
-      const table = this.pool.createTable(seq.id, needed);
+      const total = this.pool.pagesFor(seq.promptLength + seq.maxTokens);
+      let shared: number[] = [];
+      if (this.cache !== undefined) {
+        seq.prefix ??= this.cache.plan(seq.tokens.subarray(0, seq.promptLength), seq.cacheSalt);
+        shared = this.cache.lookup(seq.prefix);
+        // A page parked until its leases go (deferred release) cannot be taken yet.
+        const unusable = shared.findIndex((p) => !this.pool.canShare(p));
+        if (unusable >= 0) shared = shared.slice(0, unusable);
+      }
+      let revived = 0;
+      for (const page of shared) if (this.pool.isFree(page)) revived++;
+      const needed = total - shared.length;
+      if (needed + revived > this.pool.freePages) return;
+      const table = this.pool.createTable(seq.id, total);
+      this.pool.share(table, shared);
       const result = this.pool.allocate(table, needed);
       if (!result.ok) {
         this.pool.release(table);
@@ -245,11 +279,18 @@ export class DecodeWorker {
       this.active.push(seq);
       const pages = table.pages.slice();
       const gens = pages.map((p) => this.pool.memory.generation[p] as number);
-      // A prefix hit in the host tier: those pages are loaded, prefill starts after them (at least one token is transferred).
-      const hits = this.tier?.lookup(seq.tokens, Math.floor((seq.promptLength - 1) / P)) ?? [];
-      const skipTokens = hits.length * P;
+      seq.sharedGens = gens.slice(0, shared.length);
+      if (this.cache !== undefined && seq.prefix !== undefined) {
+        this.cache.borrowed(seq.id, seq.prefix, shared);
+        this.events.push({ k: 'cached', id: seq.id, tokens: shared.length * P });
+      }
+      // A prefix hit in the host tier (when the cache had none): those pages are loaded, prefill starts after
+      // them (at least one token is transferred).
+      const hits = shared.length > 0 ? [] : (this.tier?.lookup(seq.tokens, Math.floor((seq.promptLength - 1) / P)) ?? []);
+      const skipTokens = (shared.length + hits.length) * P;
+      seq.skipTokens = skipTokens;
       const leases = this.pool.memory.leases;
-      for (let i = hits.length, end = Math.ceil(seq.promptLength / P); i < end; i++) Atomics.add(leases, pages[i] as number, 1);
+      for (let i = skipTokens / P, end = Math.ceil(seq.promptLength / P); i < end; i++) Atomics.add(leases, pages[i] as number, 1);
       seq.bootstrapped = true;
       this.ports.peer.postMessage({ t: 'bootstrap', room: seq.id, pages, gens, skipTokens, promptTokens: seq.promptLength });
       if (hits.length > 0 && this.copies !== undefined) {
@@ -288,7 +329,7 @@ export class DecodeWorker {
         budget -= seq.length;
         served++;
         if (this.pageTags) {
-          const bad = this.pool.memory.verifyTags(pages, seq.kvWritten, seq.id);
+          const bad = this.verifyTags(seq, pages);
           if (bad !== undefined) {
             this.pageTagMismatches++;
             this.end(
@@ -310,6 +351,41 @@ export class DecodeWorker {
       } catch (err) {
         this.end(seq, 'error', err instanceof Error ? err.message : String(err));
       }
+    }
+  }
+
+  /**
+   * page-tags: pages this request took from the cache must still be shared under the generation they had
+   * when it took them; the rest must carry its own tag under their current generation, and be its own or
+   * (once another request took them from the cache) shared.
+   */
+  private verifyTags(seq: DecodeSequence, pages: Int32Array): { index: number; page: number } | undefined {
+    const m = this.pool.memory;
+    const k = seq.sharedGens.length;
+    const count = Math.ceil(seq.kvWritten / this.config.pageSize);
+    for (let i = 0; i < count; i++) {
+      const page = pages[i] as number;
+      const ok =
+        i < k
+          ? m.owner[page] === SHARED_OWNER && m.generation[page] === seq.sharedGens[i]
+          : (m.owner[page] === seq.id || m.owner[page] === SHARED_OWNER) && m.tagWriter[page] === seq.id && m.pageWriterGen[page] === m.generation[page];
+      if (!ok) return { index: i, page };
+    }
+    return undefined;
+  }
+
+  /** Prompt pages the transfer filled in full become prefix-cache entries (and ground truth). */
+  private registerLanded(seq: DecodeSequence, landed: number): void {
+    const cache = this.cache;
+    const plan = seq.prefix;
+    const table = seq.table;
+    if (cache === undefined || plan === undefined || table === undefined) return;
+    const P = this.config.pageSize;
+    const last = Math.min(Math.floor((seq.skipTokens + landed) / P), plan.keys.length);
+    for (let b = seq.skipTokens / P; b < last; b++) {
+      const page = table.pages[b] as number;
+      cache.written(plan, b, page, seq.id);
+      cache.register(plan, b, page);
     }
   }
 
@@ -343,6 +419,7 @@ export class DecodeWorker {
     if (transferInFlight && !this.releaseAtOnceDespiteTransfer) return;
     if (copiesInFlight && !this.releaseAtOnceDespiteCopies) return;
     this.pool.release(table);
+    this.cache?.finished(seq.id);
     this.sequences.delete(seq.id);
   }
 
@@ -383,6 +460,13 @@ export class DecodeWorker {
     s.set('hostPagesWrittenBack', c?.pagesWrittenBack ?? 0);
     s.set('hostPagesLoaded', c?.pagesLoaded ?? 0);
     s.set('hostHitPages', this.hitPages);
+    const pc = this.cache?.stats();
+    s.set('prefixEntries', pc?.entries ?? 0);
+    s.set('prefixHitRequests', pc?.hitRequests ?? 0);
+    s.set('prefixLookups', pc?.lookups ?? 0);
+    s.set('prefixCachedTokensTotal', pc?.cachedTokensTotal ?? 0);
+    s.set('prefixEvictions', pc?.evictions ?? 0);
+    s.set('prefixStaleRestoresRefused', pc?.staleRestoresRefused ?? 0);
   }
 }
 

@@ -30,7 +30,7 @@ export interface WorkerInit {
 
 /** Router -> decode. */
 export type ToDecode =
-  | { t: 'add'; id: number; prompt: Uint16Array; maxTokens: number; sampling: SamplingParams }
+  | { t: 'add'; id: number; prompt: Uint16Array; maxTokens: number; sampling: SamplingParams; cacheSalt?: string }
   | { t: 'abort'; id: number }
   | { t: 'check' };
 
@@ -59,6 +59,8 @@ export type PrefillToDecode = { t: 'transferred'; room: number; tokens: number }
 /** One thing decode reports for a request. */
 export type DecodeEvent =
   | { k: 'token'; id: number; token: number }
+  /** Admitted with this many prompt tokens from the prefix cache (sent once, before any token). */
+  | { k: 'cached'; id: number; tokens: number }
   | { k: 'end'; id: number; reason: 'length' | 'aborted' | 'error'; promptTokens: number; completionTokens: number; message?: string }
   | { k: 'foreign'; reader: number; pages: number[]; writers: number[] };
 

@@ -39,6 +39,8 @@ export interface DisaggregatedDeps {
 interface Live {
   channel: EventChannel<EngineEvent>;
   promptTokens: number;
+  /** Prompt tokens decode took from its prefix cache (undefined when the cache is off). */
+  cachedTokens: number | undefined;
 }
 
 interface WorkerHandle {
@@ -145,6 +147,10 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
     for (const e of m.events) {
       if (e.k === 'foreign') exposures.record(e.reader, { pages: e.pages, writers: e.writers });
       else if (e.k === 'token') live.get(e.id)?.channel.push({ type: 'token', token: e.token });
+      else if (e.k === 'cached') {
+        const entry = live.get(e.id);
+        if (entry !== undefined) entry.cachedTokens = e.tokens;
+      }
       else if (live.has(e.id)) {
         finishedTotal[e.reason]++;
         endLive(e.id, {
@@ -152,6 +158,7 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
           reason: e.reason,
           promptTokens: e.promptTokens,
           completionTokens: e.completionTokens,
+          ...(config.prefixCache ? { cachedTokens: live.get(e.id)?.cachedTokens ?? 0 } : {}),
           ...(e.message !== undefined ? { message: e.message } : {}),
         });
       }
@@ -188,6 +195,7 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
     numPages: config.numPages,
     freeList: config.freeList,
     zeroOnRelease: config.zeroOnRelease,
+    prefixCache: config.prefixCache,
     chunkTokens: config.chunkTokens,
     maxRunning: config.maxRunning,
     kernel,
@@ -230,11 +238,21 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
     }
     const id = nextId++;
     const channel = new EventChannel<EngineEvent>(() => abort(id));
-    live.set(id, { channel, promptTokens });
+    const entry: Live = { channel, promptTokens, cachedTokens: config.prefixCache ? 0 : undefined };
+    live.set(id, entry);
     const prompt = Uint16Array.from(request.promptTokens);
-    toDecode({ t: 'add', id, prompt, maxTokens: request.maxTokens, sampling: request.sampling });
+    const salt = request.cacheSalt !== undefined ? { cacheSalt: request.cacheSalt } : {};
+    toDecode({ t: 'add', id, prompt, maxTokens: request.maxTokens, sampling: request.sampling, ...salt });
     toPrefill({ t: 'add', id, prompt, promptKind });
-    const handle: RequestHandle = { id, promptTokens, events: channel, abort: () => abort(id) };
+    const handle: RequestHandle = {
+      id,
+      promptTokens,
+      get cachedTokens() {
+        return entry.cachedTokens;
+      },
+      events: channel,
+      abort: () => abort(id),
+    };
     return { ok: true, request: handle };
   }
 
@@ -263,6 +281,18 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
               pagesWrittenBack: ds.get('hostPagesWrittenBack'),
               pagesLoaded: ds.get('hostPagesLoaded'),
               hitPages: ds.get('hostHitPages'),
+            },
+          }
+        : {}),
+      ...(config.prefixCache
+        ? {
+            prefixCache: {
+              entries: ds.get('prefixEntries'),
+              hitRequests: ds.get('prefixHitRequests'),
+              lookups: ds.get('prefixLookups'),
+              cachedTokensTotal: ds.get('prefixCachedTokensTotal'),
+              evictions: ds.get('prefixEvictions'),
+              staleRestoresRefused: ds.get('prefixStaleRestoresRefused'),
             },
           }
         : {}),

@@ -33,6 +33,12 @@ export const STAT_FIELDS = [
   'hostPagesWrittenBack',
   'hostPagesLoaded',
   'hostHitPages',
+  'prefixEntries',
+  'prefixHitRequests',
+  'prefixLookups',
+  'prefixCachedTokensTotal',
+  'prefixEvictions',
+  'prefixStaleRestoresRefused',
 ] as const;
 export type StatField = (typeof STAT_FIELDS)[number];
 

@@ -23,6 +23,8 @@ export interface GenerationParams {
   stop: string[];
   stream: boolean;
   includeUsage: boolean;
+  /** vLLM's `cache_salt`. */
+  cacheSalt?: string;
 }
 
 type Obj = Record<string, unknown>;
@@ -112,8 +114,19 @@ function refuseUnsupported(body: Obj): void {
   if (present(echo) && echo !== false) throw invalidParam('echo', `\`echo\` is not supported by this engine, got ${show(echo)}.`, 'unsupported_value');
 }
 
+/** vLLM's `cache_salt`: a non-empty string (bounded: it is hashed per request). */
+function cacheSalt(body: Obj): string | undefined {
+  const v = body['cache_salt'];
+  if (!present(v)) return undefined;
+  if (typeof v !== 'string' || v.length === 0 || v.length > 1024) {
+    throw invalidParam('cache_salt', `\`cache_salt\` must be a non-empty string of at most 1024 characters, got ${show(v)}.`, typeof v === 'string' ? 'invalid_value' : 'invalid_type');
+  }
+  return v;
+}
+
 function common(body: Obj, ctx: ParseContext): Omit<GenerationParams, 'promptTokens' | 'promptKind' | 'maxTokens'> {
   refuseUnsupported(body);
+  const salt = cacheSalt(body);
   const temperature = num(body, 'temperature', 0, 2) ?? 1;
   const topP = num(body, 'top_p', 0, 1, true) ?? 1;
   const seed = int(body, 'seed', Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER);
@@ -132,6 +145,7 @@ function common(body: Obj, ctx: ParseContext): Omit<GenerationParams, 'promptTok
     stop: stopStrings(body),
     stream,
     includeUsage,
+    ...(salt !== undefined ? { cacheSalt: salt } : {}),
   };
 }
 
