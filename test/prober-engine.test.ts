@@ -74,3 +74,29 @@ describe('kvcanary run against the bundled engine', () => {
     expect(leaks.every((f) => f.scenario === 'abort-race')).toBe(true);
   }, 240_000);
 });
+
+describe('prefix-isolation against the bundled engine', () => {
+  const run = async (options: StartEngineOptions): Promise<{ code: number | null; doc: RunDoc }> => {
+    engine = await startEngine({ scale: 64, ...options });
+    const r = await runCli(['run', '--target', engine.url, '--json', '-q', '--scenario', 'prefix-isolation'], { timeoutMs: 120_000 });
+    return { code: r.code, doc: JSON.parse(r.stdout) as RunDoc };
+  };
+
+  it('prefix-cache-ignores-salt: prefix-cache-shared-across-tenants', async () => {
+    const { code, doc } = await run({ preset: 'single', faults: ['prefix-cache-ignores-salt'] });
+    expect(doc.findings.map((f) => f.kind)).toContain('prefix-cache-shared-across-tenants');
+    expect(code).toBe(1);
+  }, 120_000);
+
+  it('hardened: pass (the same-tenant control showed reuse, the other tenant none)', async () => {
+    const { code, doc } = await run({ preset: 'hardened' });
+    expect(doc.findings).toEqual([]);
+    expect(code).toBe(0);
+  }, 120_000);
+
+  it('caching off: inconclusive, never a pass', async () => {
+    const { code, doc } = await run({ preset: 'hardened', prefixCache: false });
+    expect(doc.outcome).toBe('inconclusive');
+    expect(code).toBe(2);
+  }, 120_000);
+});
