@@ -21,6 +21,7 @@ import type { KvPool } from './kv-pool.js';
 import type { InductionModel } from './model.js';
 import type { PrefixCache } from './prefix-cache.js';
 import type { Sequence } from './sequence.js';
+import { reserveWithPrefix } from './prefix-reservation.js';
 
 export interface SchedulerOptions {
   /** Prompt tokens prefilled per step, across sequences. @default 4096 */
@@ -137,25 +138,9 @@ export class Scheduler {
     while (this.waiting.length > 0 && this.running.length < this.options.maxRunning) {
       const seq = this.waiting[0] as Sequence;
       const total = this.pool.pagesFor(seq.reservationTokens);
-      let hits: number[] = [];
-      if (this.cache !== undefined) {
-        seq.prefix ??= this.cache.plan(seq.tokens.subarray(0, seq.promptLength), seq.cacheSalt);
-        hits = this.cache.lookup(seq.prefix);
-        const unusable = hits.findIndex((p) => !this.pool.canShare(p));
-        if (unusable >= 0) hits = hits.slice(0, unusable);
-      }
-      // Cached pages sitting on the free list come off it too.
-      let revived = 0;
-      for (const page of hits) if (this.pool.isFree(page)) revived++;
-      const needed = total - hits.length;
-      if (needed + revived > this.pool.freePages) return;
-      const table = this.pool.createTable(seq.id, total);
-      this.pool.share(table, hits);
-      const result = this.pool.allocate(table, needed);
-      if (!result.ok) {
-        this.pool.release(table);
-        return;
-      }
+      const reserved = reserveWithPrefix(this.pool, this.cache, seq, total);
+      if (reserved === undefined) return;
+      const { table, hits } = reserved;
       this.waiting.shift();
       seq.table = table;
       seq.phase = 'prefill';

@@ -35,6 +35,7 @@ import type { DecodeEvent, DecodeToPrefill, FromDecode, PrefillToDecode, ToDecod
 import { StatsBlock } from './stats-block.js';
 import { answerSync } from './sync-call.js';
 import { realTimers, type Timers } from './timers.js';
+import { reserveWithPrefix } from '../prefix-reservation.js';
 
 type EndReason = 'length' | 'aborted' | 'error';
 
@@ -254,25 +255,9 @@ export class DecodeWorker {
     while (this.waiting.length > 0 && this.active.length < this.config.maxRunning) {
       const seq = this.waiting[0] as DecodeSequence;
       const total = this.pool.pagesFor(seq.promptLength + seq.maxTokens);
-      let shared: number[] = [];
-      if (this.cache !== undefined) {
-        seq.prefix ??= this.cache.plan(seq.tokens.subarray(0, seq.promptLength), seq.cacheSalt);
-        shared = this.cache.lookup(seq.prefix);
-        // A page parked until its leases go (deferred release) cannot be taken yet.
-        const unusable = shared.findIndex((p) => !this.pool.canShare(p));
-        if (unusable >= 0) shared = shared.slice(0, unusable);
-      }
-      let revived = 0;
-      for (const page of shared) if (this.pool.isFree(page)) revived++;
-      const needed = total - shared.length;
-      if (needed + revived > this.pool.freePages) return;
-      const table = this.pool.createTable(seq.id, total);
-      this.pool.share(table, shared);
-      const result = this.pool.allocate(table, needed);
-      if (!result.ok) {
-        this.pool.release(table);
-        return;
-      }
+      const reserved = reserveWithPrefix(this.pool, this.cache, seq, total);
+      if (reserved === undefined) return;
+      const { table, hits: shared } = reserved;
       this.waiting.shift();
       seq.table = table;
       seq.phase = 'reserved';
