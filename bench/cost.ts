@@ -71,7 +71,7 @@ export interface CostResult {
 
 export const PLANTER_FRACTIONS: readonly number[] = [1 / 256, 1 / 128, 1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1, 2];
 /** The default run's sizes, a factor of 4 apart (--full measures the whole curve). */
-export const PLANTER_FRACTIONS_QUICK: readonly number[] = [1 / 256, 1 / 64, 1 / 16, 1 / 4, 1];
+export const PLANTER_FRACTIONS_QUICK: readonly number[] = [1 / 64, 1 / 16, 1 / 4, 1];
 export const DETECTION_GOAL = 0.99;
 
 /** Smallest point meeting the goal with every larger point meeting it too (points sorted by size). */

@@ -58,6 +58,8 @@ export interface GroundTruth {
   drain(): Promise<unknown>;
   /** Engine ids of requests that did not come through the tap (load clients). */
   otherEngineIds?: () => Iterable<number>;
+  /** The engine's own record of which request ids carried markers; when absent the tap's is used. */
+  submissions?: { planted: ReadonlySet<number>; all: ReadonlySet<number>; markers: ReadonlySet<string> };
 }
 
 export interface ProbeSeriesOptions {
@@ -165,11 +167,15 @@ export function createProbeSeries(opts: ProbeSeriesOptions): ProbeSeries {
         if (truth.otherEngineIds !== undefined) writers.addOthers(truth.otherEngineIds());
         const ex = watch.take();
         const judged: JudgedResponse[] = scanned.map((s) => ({ ...s, kinds: kindsByRequest.get(s.requestId) ?? new Set<string>() }));
+        // The engine's record wins where it saw the submissions (it knows aborted requests' ids too).
+        const sub = truth.submissions;
+        const engineSide = sub !== undefined && sub.all.size > 0;
+        const planted = engineSide ? (id: number) => sub.planted.has(id) : (id: number) => writers.isPlanted(id);
         record.truth = {
-          ...joinTruth({ tap, exposures: ex.exposures, planted: (id) => writers.isPlanted(id), plantedMarkers: writers.markers, judged }),
+          ...joinTruth({ tap, exposures: ex.exposures, planted, plantedMarkers: engineSide ? sub.markers : writers.markers, judged }),
           foreignPageReads: ex.foreignPageReads,
           overflowPolls: ex.overflowPolls,
-          uncertainWriters: writers.uncertain,
+          uncertainWriters: engineSide ? 0 : writers.uncertain,
         };
       }
       return record;

@@ -2,10 +2,11 @@
  * Section 1, the detection matrix: engine cells (preset × faults × defenses, cells.ts) against the
  * prober's scenarios, `cycles` cycles per (cell, scenario) series, each series on a fresh engine.
  *
- * Each cell is first started once to learn whether this engine build can provide it; then every series of
- * every available cell goes into one pool, `jobs` at a time (pool.ts), and results are put back in order.
+ * Each cell is first started once to learn whether this engine build can provide it. Then every series
+ * of every available cell runs: those of timing-sensitive scenarios (EXCLUSIVE_SCENARIOS) one at a time
+ * with nothing else in flight, the others `jobs` at a time (pool.ts); results are put back in cell order.
  */
-import type { EngineCell } from './cells.js';
+import { EXCLUSIVE_SCENARIOS, type EngineCell } from './cells.js';
 import { startCellEngine } from './engine-cell.js';
 import { mapPool } from './pool.js';
 import { runSeries, type SeriesResult } from './series.js';
@@ -56,7 +57,9 @@ export async function runMatrix(opts: MatrixOptions): Promise<MatrixResult> {
   }
   const work = cells.flatMap((c, ci) => (c.available ? scenariosFor(c.cell, opts.scenarios, opts.allScenarios).map((scenario) => ({ ci, scenario })) : []));
   let done = 0;
-  const results = await mapPool(work, opts.jobs, async ({ ci, scenario }) => {
+  const shared = work.filter((w) => !EXCLUSIVE_SCENARIOS.includes(w.scenario));
+  const alone = work.filter((w) => EXCLUSIVE_SCENARIOS.includes(w.scenario));
+  const one = async ({ ci, scenario }: { ci: number; scenario: string }) => {
     const cell = cells[ci]!.cell;
     const t0 = performance.now();
     const result = await runSeries({
@@ -77,7 +80,10 @@ export async function runMatrix(opts: MatrixOptions): Promise<MatrixResult> {
             `${result.stoppedEarly !== undefined ? ` (stopped: ${result.stoppedEarly})` : ''} (${((performance.now() - t0) / 1000).toFixed(1)} s)`,
     );
     return { ci, scenario, result };
-  });
+  };
+  const results = [...(await mapPool(shared, opts.jobs, one)), ...(await mapPool(alone, 1, one))];
+  const order = (x: { ci: number; scenario: string }): number => x.ci * 1000 + opts.scenarios.indexOf(x.scenario);
+  results.sort((a, b) => order(a) - order(b));
   for (const { ci, scenario, result } of results) cells[ci]!.series.push({ scenario, ...result });
   return { cycles: opts.cycles, scale: opts.scale, scenarios: [...opts.scenarios], cells };
 }

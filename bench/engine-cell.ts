@@ -6,10 +6,35 @@
  * Between cycles the engine is drained, not restarted: no request in flight, every page back on the free
  * list, stale page contents left as they are (as in production, and as the faults need). A fresh engine
  * starts each (cell, scenario) series, so the first cycle of a series meets a pool nobody has written.
+ *
+ * The engine runs in this process, so the benchmark also watches its `submit` (the server calls it for
+ * every generation request) to learn, from the engine's own side, which request ids carried canary
+ * markers: their pages hold planted content. The HTTP API cannot say that for a request aborted before its
+ * first response byte, and abort-race aborts planters exactly then. Nothing is changed on the way through.
  */
 import { EngineConfigError } from '../engine-under-test/src/config.js';
 import { startEngine, type RunningEngine, type StartEngineOptions } from '../engine-under-test/src/start.js';
 import type { EngineCell, FreeListPolicy } from './cells.js';
+
+/** What the engine was asked to run, by request id: which prompts carried markers, and their bodies. */
+export interface Submissions {
+  /** Request ids whose prompts held at least one canary marker. */
+  planted: Set<number>;
+  /** Every request id the engine admitted. */
+  all: Set<number>;
+  /** Bodies (26 characters, lowercased) of the markers those prompts held. */
+  markers: Set<string>;
+}
+
+const MARKER_RE = /kvcanary-([a-z2-7]{26})/gi;
+
+/** The prompt's text: byte tokens below 256 (the bundled engine's tokenizer is byte-level, BOS and placeholder above). */
+function promptText(tokens: Uint16Array): string {
+  const bytes = new Uint8Array(tokens.length);
+  let n = 0;
+  for (const t of tokens) if (t < 256) bytes[n++] = t;
+  return Buffer.from(bytes.buffer, 0, n).toString('latin1');
+}
 
 export interface CellEngine {
   url: string;
@@ -17,6 +42,8 @@ export interface CellEngine {
   /** What GET /get_server_info says the admission pool is (what the prober sizes from), in tokens. */
   poolTokens: number;
   contextTokens: number;
+  /** What the engine was asked to run (watched at its `submit`). */
+  submissions: Submissions;
   /** Internal-error lines the engine logged (bounded), e.g. page-tags failing requests closed. */
   logLines(): string[];
   /** Waits until no request is waiting or running (bounded), so the next cycle starts on a quiet engine. */
@@ -55,6 +82,21 @@ export async function startCellEngine(cell: EngineCell, opts: CellStartOptions):
     await running.close();
     return { ok: false, reason: confirmed };
   }
+  const submissions: Submissions = { planted: new Set(), all: new Set(), markers: new Set() };
+  const engineObject = running.engine;
+  const submit = engineObject.submit.bind(engineObject);
+  engineObject.submit = (request) => {
+    const result = submit(request);
+    if (result.ok) {
+      const id = result.request.id;
+      submissions.all.add(id);
+      for (const m of promptText(request.promptTokens).matchAll(MARKER_RE)) {
+        submissions.planted.add(id);
+        submissions.markers.add(m[1]!.toLowerCase());
+      }
+    }
+    return result;
+  };
   const info = (await getJson(`${running.url}/get_server_info`)) as { max_total_num_tokens?: unknown; context_length?: unknown } | undefined;
   const poolTokens = typeof info?.max_total_num_tokens === 'number' ? info.max_total_num_tokens : running.config.poolTokens;
   const contextTokens = typeof info?.context_length === 'number' ? info.context_length : running.config.contextTokens;
@@ -65,6 +107,7 @@ export async function startCellEngine(cell: EngineCell, opts: CellStartOptions):
       running,
       poolTokens,
       contextTokens,
+      submissions,
       logLines: () => (dropped > 0 ? [...lines, `... ${dropped} more`] : [...lines]),
       async drain(timeoutMs = 10_000) {
         const until = performance.now() + timeoutMs;

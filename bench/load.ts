@@ -142,7 +142,7 @@ export interface LoadOptions {
   scale: number;
   /** Load runs this long before the first cycle, so the pool is already churned. @default 1000 */
   warmupMs?: number;
-  /** Per point: stop after the cycle that ends past this (a saturated engine slows cycles down). @default 60_000 */
+  /** Per point: stop after the cycle that ends past this (a saturated engine slows cycles down). @default 30_000 */
   maxMsPerPoint?: number;
   progress: (line: string) => void;
 }
@@ -183,7 +183,7 @@ export async function runLoadSection(opts: LoadOptions): Promise<LoadResult> {
           await new Promise((r) => setTimeout(r, level > 0 ? (opts.warmupMs ?? 1000) : 0));
           return load;
         };
-        const r = await runSeries({ cell: cell.engine, scenario: cell.scenario, cycles: opts.cycles, scale: opts.scale, freeList: policy, around, maxMs: opts.maxMsPerPoint ?? 60_000 });
+        const r = await runSeries({ cell: cell.engine, scenario: cell.scenario, cycles: opts.cycles, scale: opts.scale, freeList: policy, around, maxMs: opts.maxMsPerPoint ?? 30_000 });
         if (!r.available) {
           sweep.available = false;
           sweep.reason = r.reason ?? 'unavailable';

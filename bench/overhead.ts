@@ -26,13 +26,16 @@ export interface ServeOverheadOptions {
   /** @default 30s */
   intervalS?: number;
   windowMs: number;
-  /** Give up waiting for the warm-up after this. @default 90_000 */
+  /** Give up waiting for the warm-up after this. @default 60_000 */
   warmupMaxMs?: number;
   progress: (line: string) => void;
 }
 
 export interface ServeOverhead {
   targets: number;
+  scale: number;
+  /** Completed cycles when the window opened (the warm-up waits for one per target, at most warmupMaxMs). */
+  cyclesBeforeWindow: number;
   engines: Array<{ preset: string; standIn: boolean }>;
   scenariosPerCycle: number;
   intervalS: number;
@@ -138,7 +141,7 @@ export async function runServeOverhead(opts: ServeOverheadOptions): Promise<Serv
     const pid = serve.pid!;
     const usage = procReader();
 
-    const warmUntil = performance.now() + (opts.warmupMaxMs ?? 90_000);
+    const warmUntil = performance.now() + (opts.warmupMaxMs ?? 60_000);
     for (;;) {
       const t = await totals(metricsUrl);
       if ((t?.cycles ?? 0) >= opts.targets || performance.now() > warmUntil) break;
@@ -163,6 +166,8 @@ export async function runServeOverhead(opts: ServeOverheadOptions): Promise<Serv
     const cpu = u1.cpuSeconds - u0.cpuSeconds;
     return {
       targets: opts.targets,
+      scale: opts.scale,
+      cyclesBeforeWindow: t0.cycles,
       engines: engines.map((e) => ({ preset: e.preset, standIn: e.standIn })),
       scenariosPerCycle: cycles > 0 ? runs / cycles : 0,
       intervalS,

@@ -13,6 +13,7 @@ import type { OverheadResult } from './overhead.js';
 import { formatProportion, type Proportion } from './proportion.js';
 import type { SeriesResult } from './series.js';
 import type { SignalSummary } from './summary.js';
+import { MARKER_SIGNAL, REJECTION_SIGNAL } from './ground-truth.js';
 
 export interface SectionRun<T> {
   command: string;
@@ -66,33 +67,49 @@ const cmd = (c: string): string => `\`${c}\``;
 export interface FaultHeadline {
   cell: string;
   fault: string;
-  signal: 'marker' | 'rejection';
+  /** A finding kind: the marker signal, the rejection signal, or another isolation finding the cell raised. */
+  signal: string;
   scenario: string | null;
   firstCycle: number | null;
   firstTokens: number | null;
   perCycle: Proportion | null;
   cyclesPerDetection: number | null;
+  /** Scenarios run on the cell. */
+  scenarios: string[];
 }
 
 const FAULT_OF: Record<string, string> = { incident: 'admission-checks-finished' };
+/** A configuration finding, true of the capacities rather than caused by the fault. */
+const NOT_ISOLATION = new Set(['pool-below-context']);
 
-/** For every positive cell and each signal: the scenario that detects soonest (then most often). */
+function signalOf(s: SeriesResult, kind: string): SignalSummary | undefined {
+  const x = s.summary!;
+  if (kind === MARKER_SIGNAL) return x.marker;
+  if (kind === REJECTION_SIGNAL) return x.rejection;
+  return x.other.find((o) => o.kind === kind);
+}
+
+/**
+ * For every positive cell and each isolation signal it raised (the marker and rejection signals always):
+ * the scenario that detects soonest, then most often.
+ */
 export function faultHeadlines(matrix: MatrixResult): FaultHeadline[] {
   const out: FaultHeadline[] = [];
   for (const c of matrix.cells) {
     if (!c.available || c.cell.role !== 'positive') continue;
     const fault = c.cell.faults.length > 0 ? c.cell.faults.join('+') : FAULT_OF[c.cell.preset] ?? c.cell.preset;
-    for (const signal of ['marker', 'rejection'] as const) {
+    const others = new Set(c.series.flatMap((s) => s.summary!.other.map((o) => o.kind)).filter((k) => !NOT_ISOLATION.has(k)));
+    for (const signal of [MARKER_SIGNAL, REJECTION_SIGNAL, ...[...others].sort()]) {
       let best: { scenario: string; s: SignalSummary } | undefined;
-      for (const s of c.series) {
-        const sig = s.summary![signal];
-        if (sig.first === null) continue;
+      for (const series of c.series) {
+        const sig = signalOf(series, signal);
+        if (sig === undefined || sig.first === null) continue;
         if (
           best === undefined ||
           sig.first.cycle < best.s.first!.cycle ||
           (sig.first.cycle === best.s.first!.cycle && (sig.detected.p ?? 0) > (best.s.detected.p ?? 0))
         ) {
-          best = { scenario: s.scenario, s: sig };
+          best = { scenario: series.scenario, s: sig };
         }
       }
       out.push({
@@ -104,6 +121,7 @@ export function faultHeadlines(matrix: MatrixResult): FaultHeadline[] {
         firstTokens: best?.s.first?.tokensSent ?? null,
         perCycle: best?.s.detected ?? null,
         cyclesPerDetection: best?.s.cyclesPerDetection ?? null,
+        scenarios: c.series.map((x) => x.scenario),
       });
     }
   }
@@ -138,9 +156,13 @@ function methodSection(r: BenchReport): string {
   free list) but not restarted and not cleaned, so stale page contents carry over as they do in production.
   The prober keeps one marker registry for the series, as \`serve\` does (it reloads earlier runs' markers),
   so a marker planted in cycle 3 that surfaces in cycle 7 counts in cycle 7.
-- **Ground truth** comes from the engine (its exposure log: every attention read covering pages another
-  request wrote) through a recording pass-through proxy in front of it that learns which engine request
-  ids were the prober's and which prompts carried markers. Nothing the prober sees depends on it.
+- **Ground truth** comes from the engine: its exposure log (every attention read covering pages another
+  request wrote, by reader and writer request id) and, watched at its \`submit\`, which request ids carried
+  canary markers. A recording pass-through proxy in front of the engine joins engine request ids to the
+  responses the prober scanned. Nothing the prober sees depends on either.
+- **Scheduling:** series run ${o.jobs} at a time in one process, except those of timing-sensitive scenarios
+  (abort-race), which run one at a time with nothing else of ours in flight: sharing the process made the
+  same race cells miss most of the cycles they catch alone.
 - Proportions show the 95% Wilson interval in parentheses: 50 detections in 50 cycles is "1.00 (0.93–1.00)",
   not a certainty. Timing figures are counts or ratios from this one run; the machine is shared and noisy.
 - Each section names the command that reproduces it; add \`--cell ID\` / \`--scenario NAME\` to narrow it.`;
@@ -481,10 +503,10 @@ function overheadSection(run: SectionRun<OverheadResult>): string {
     const s = o.serve;
     parts.push(`### \`serve\` with ${s.targets} targets
 
-**How it was measured.** ${s.engines.length} bundled engines (${s.engines.map((e) => e.preset + (e.standIn ? ' (stand-in)' : '')).join(', ')}) in a
+**How it was measured.** ${s.engines.length} bundled engines (${s.engines.map((e) => e.preset + (e.standIn ? ' (stand-in)' : '')).join(', ')}, scale 1/${s.scale ?? '?'}) in a
 child process of their own, behind ${s.targets} target names (targets ${s.engines.length > 1 ? 'alternate between them' : 'all point at it'}), every scenario each cycle,
-interval ${s.intervalS} s, default concurrency, in a \`kvcanary serve\` child. After every target had run
-once, the serve process's CPU time (user + system, from /proc) and its completed cycles were read at the
+interval ${s.intervalS} s, default concurrency, in a \`kvcanary serve\` child. After a warm-up (${s.cyclesBeforeWindow ?? '?'} cycles
+completed; it waits for one per target, at most a minute), the serve process's CPU time (user + system, from /proc) and its completed cycles were read at the
 start and the end of a ${fixed(s.windowSeconds, 0)} s window; RSS was sampled each second. These are the
 prober's own costs: the engines' work is in the other process.
 
@@ -560,11 +582,21 @@ function closingSection(r: BenchReport): string {
   const m = r.sections.matrix?.result;
   if (m !== undefined) {
     const heads = faultHeadlines(m);
-    for (const h of heads) {
+    const byCell = new Map<string, FaultHeadline[]>();
+    for (const h of heads) byCell.set(h.cell, [...(byCell.get(h.cell) ?? []), h]);
+    for (const [cellName, hs] of byCell) {
+      const fired = hs.filter((h) => h.scenario !== null);
+      const head = `- \`${cellName}\` (${hs[0]!.fault}): `;
+      if (fired.length === 0) {
+        lines.push(`${head}**not detected** — no isolation finding in ${m.cycles} cycles of ${hs[0]!.scenarios.join(', ')}.`);
+        continue;
+      }
       lines.push(
-        h.scenario === null
-          ? `- \`${h.cell}\` (${h.fault}), ${h.signal} signal: never fired in ${m.cycles} cycles of the scenarios run on it.`
-          : `- \`${h.cell}\` (${h.fault}), ${h.signal} signal: first detection at **cycle ${h.firstCycle}** (${int(h.firstTokens ?? 0)} tokens sent) by ${h.scenario}; per cycle ${pci(h.perCycle ?? undefined)}, one detection every ${fixed(h.cyclesPerDetection, 1)} cycles.`,
+        head +
+          fired
+            .map((h) => `\`${h.signal}\` first at **cycle ${h.firstCycle}** (${int(h.firstTokens ?? 0)} tokens sent) by ${h.scenario}, per cycle ${pci(h.perCycle ?? undefined)}, one detection every ${fixed(h.cyclesPerDetection, 1)} cycles`)
+            .join('; ') +
+          `${hs.some((h) => h.scenario === null && (h.signal === MARKER_SIGNAL || h.signal === REJECTION_SIGNAL)) ? `; never ${hs.filter((h) => h.scenario === null).map((h) => `\`${h.signal}\``).join(' or ')}` : ''}.`,
       );
     }
     const unavailable = m.cells.filter((c) => !c.available && c.cell.role === 'positive');

@@ -92,7 +92,7 @@ export async function main(argv: string[]): Promise<number> {
   const wantedScenarioLoad = wantedLoad.filter((c) => scenarios.includes(c.scenario));
 
   if (runsSection(opts, 'components')) {
-    const scanner = await section('bench:scanner', 'npm run bench:scanner -- --json FILE', () => runComponent(children, 'bench:scanner'));
+    const scanner = await section('bench:scanner', `npm run bench:scanner --${opts.full ? '' : ' --quick'} --json FILE`, () => runComponent(children, 'bench:scanner', opts.full ? [] : ['--quick']));
     const engine = await section('bench:engine', 'npm run bench:engine -- --json FILE', () => runComponent(children, 'bench:engine'));
     report.sections.components = { scanner, engine };
   }
@@ -100,7 +100,7 @@ export async function main(argv: string[]): Promise<number> {
     report.sections.overhead = await section('overhead', reproduce(opts, 'overhead'), async (): Promise<OverheadResult> => {
       const out: OverheadResult = { prompt: [] };
       try {
-        out.serve = await runServeOverhead({ children, targets: 50, scale: Math.max(opts.scale, 128), presets: ['incident', 'remediated'], windowMs: opts.overheadWindowS * 1000, progress });
+        out.serve = await runServeOverhead({ children, targets: 50, scale: Math.max(opts.scale * 2, 256), presets: ['incident', 'remediated'], windowMs: opts.overheadWindowS * 1000, progress });
       } catch (err) {
         out.serveError = (err as Error).message;
         progress(`[overhead] serve failed: ${out.serveError}`);

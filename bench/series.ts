@@ -81,6 +81,7 @@ export async function runSeries(spec: SeriesSpec, onCycle?: (r: CycleRecord) => 
           if (!(await engine.drain())) undrained++;
         },
         otherEngineIds: () => around?.engineIds?.() ?? [],
+        submissions: engine.submissions,
       },
     });
     around = spec.around === undefined ? undefined : await spec.around(engine);

@@ -225,15 +225,15 @@ describe('options', () => {
     expect(parseBenchArgs(['--full'], 'b').pairs).toBe(10_000);
   });
 
-  it('the default cells are the presets plus every engine fault and the defenses that address it; --full adds more', () => {
+  it('the default cells are the presets plus every engine fault; --full adds the race faults\' defenses and more', () => {
     const ids = matrixCells(false).map((c) => c.id);
     expect(ids.slice(0, 3)).toEqual(['incident', 'remediated', 'hardened']);
-    expect(ids).toContain('incident+page-tags');
-    expect(ids).toContain('disaggregated+late-write+deferred-release/lifo');
+    expect(ids).toEqual(expect.arrayContaining(['incident+page-tags', 'disaggregated+late-write/lifo', 'disaggregated+offload-release-race']));
+    expect(ids).not.toContain('disaggregated+late-write+deferred-release/lifo');
     expect(ids).not.toContain('single/lifo');
     expect(new Set(ids).size).toBe(ids.length);
     const full = matrixCells(true).map((c) => c.id);
-    expect(full).toEqual(expect.arrayContaining([...ids, 'single/lifo', 'hardened+late-write/lifo', 'disaggregated+late-write']));
+    expect(full).toEqual(expect.arrayContaining([...ids, 'single/lifo', 'hardened+late-write/lifo', 'disaggregated+late-write', 'disaggregated+late-write+deferred-release/lifo']));
   });
 
   it('defense cells run the scenarios aimed at their fault unless every scenario is asked for', () => {
@@ -268,8 +268,8 @@ describe('report', () => {
   it('headlines name, per fault and signal, the scenario that detects first', () => {
     const heads = faultHeadlines(syntheticMatrix());
     expect(heads).toHaveLength(2);
-    expect(heads[0]).toMatchObject({ cell: 'incident', fault: 'admission-checks-finished', signal: 'marker', scenario: 'overlimit-handoff', firstCycle: 2, firstTokens: 2000 });
-    expect(heads[1]).toMatchObject({ signal: 'rejection', firstCycle: 2, cyclesPerDetection: 1.5 });
+    expect(heads[0]).toMatchObject({ cell: 'incident', fault: 'admission-checks-finished', signal: 'cross-request-leak', scenario: 'overlimit-handoff', firstCycle: 2, firstTokens: 2000 });
+    expect(heads[1]).toMatchObject({ signal: 'rejection-not-enforced', firstCycle: 2, cyclesPerDetection: 1.5 });
   });
 
   it('counts false positives from the matrix series of a negative cell', () => {
@@ -312,7 +312,7 @@ describe('report', () => {
     expect(md).toContain('## 5. Prober overhead\n\nNot measured: boom.');
     expect(md).toContain('Reproduce: `npm run bench -- --only matrix`');
     expect(md.match(/\*\*How to read it/g)?.length).toBeGreaterThanOrEqual(4);
-    expect(md).toContain('first detection at **cycle 2**');
+    expect(md).toContain('`cross-request-leak` first at **cycle 2**');
   });
 
   it("the operator paragraph reports what the load sweep measured, not a fixed claim", () => {
