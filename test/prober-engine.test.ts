@@ -100,3 +100,33 @@ describe('prefix-isolation against the bundled engine', () => {
     expect(code).toBe(2);
   }, 120_000);
 });
+
+describe('prefix-collision against the bundled engine', () => {
+  const run = async (options: StartEngineOptions): Promise<{ code: number | null; doc: RunDoc }> => {
+    engine = await startEngine({ scale: 64, ...options });
+    const r = await runCli(['run', '--target', engine.url, '--json', '-q', '--scenario', 'prefix-collision'], { timeoutMs: 120_000 });
+    return { code: r.code, doc: JSON.parse(r.stdout) as RunDoc };
+  };
+
+  it('weak-prefix-hash: a reordered prompt is served the plant\'s cached pages (prefix-cache-collision) and their text', async () => {
+    const { code, doc } = await run({ preset: 'single', faults: ['weak-prefix-hash'] });
+    expect(new Set(doc.findings.map((f) => f.kind))).toEqual(new Set(['prefix-cache-collision', 'cross-request-leak']));
+    expect(code).toBe(1);
+  }, 120_000);
+
+  it('strong-prefix-hash on the same fault, and the plain single preset: pass (the control showed reuse)', async () => {
+    for (const options of [{ preset: 'single', faults: ['weak-prefix-hash'], defenses: ['strong-prefix-hash'] }, { preset: 'single' }]) {
+      const { code, doc } = await run(options);
+      expect(doc.findings).toEqual([]);
+      expect(code).toBe(0);
+      await engine?.close();
+      engine = undefined;
+    }
+  }, 120_000);
+
+  it('caching off: inconclusive', async () => {
+    const { code } = await run({ preset: 'single', prefixCache: false });
+    expect(code).toBe(2);
+  }, 120_000);
+});
+

@@ -421,6 +421,9 @@ describe('caller errors throw with a stable code and name the field', () => {
     await expect(c.complete(req({ api: 'completions', system: 's' }))).rejects.toMatchObject({ field: 'req.system' });
     await expect(c.complete(req({ abortAfter: {} }))).rejects.toMatchObject({ field: 'req.abortAfter' });
     await expect(c.complete(req({ maxTokens: -1 }))).rejects.toMatchObject({ field: 'req.maxTokens' });
+    await expect(c.complete(req({ prompt: '', tokenIds: [1, 2] }))).rejects.toMatchObject({ field: 'req.tokenIds' }); // chat takes no token ids
+    await expect(c.complete(req({ api: 'completions', prompt: '', tokenIds: [1, -2] }))).rejects.toMatchObject({ field: 'req.tokenIds' });
+    await expect(c.complete(req({ api: 'completions', prompt: 'text too', tokenIds: [1, 2] }))).rejects.toMatchObject({ field: 'req.prompt' });
     await expect(c.complete({ ...req(), n: 2 } as unknown as CompletionRequest)).rejects.toMatchObject({ field: 'req.n' });
     await c.close();
     await expect(c.complete(req())).rejects.toMatchObject({ code: 'KVC_TARGET_CLOSED' });

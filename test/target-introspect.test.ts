@@ -22,6 +22,7 @@ describe('introspect', () => {
     const info = await introspect(c);
     expect(info).toMatchObject({ models: ['meta-llama/Llama-3.1-8B'], contextTokens: 4096, poolTokens: 16_000, pageSize: 16, dialect: 'vllm', reachable: true });
     expect(await info.tokenize!('hello world')).toBe(toyTokens('hello world'));
+    expect(await info.tokenizeIds!('hello world')).toEqual(Array.from({ length: toyTokens('hello world') }, (_, i) => i));
     const tokenizeCall = s.seen.find((r) => r.url === '/tokenize');
     expect(JSON.parse(tokenizeCall!.body)).toMatchObject({ model: 'meta-llama/Llama-3.1-8B' });
     // A streamed source is tokenized without being materialised, and the count read from the response.
@@ -60,6 +61,7 @@ describe('introspect', () => {
     expect(info).toMatchObject({ models: ['qwen2.5-7b-instruct-q4_k_m.gguf'], contextTokens: 2048, dialect: 'llamacpp' });
     expect(info.poolTokens).toBeUndefined();
     expect(await info.tokenize!('some text to count')).toBe(toyTokens('some text to count'));
+    expect((await info.tokenizeIds!('some text to count'))?.[0]).toBe(1000);
     expect(JSON.parse(s.seen.filter((r) => r.url === '/tokenize').at(-1)!.body)).toHaveProperty('content');
     // A million characters: a 250,001-element tokens array, counted as it streams.
     expect(await info.tokenize!({ chunks: () => Array.from({ length: 10 }, () => 'v'.repeat(100_000)) })).toBe(toyTokens('v'.repeat(1_000_000)));

@@ -27,6 +27,10 @@ export const FINDING_KINDS = {
     severity: 'critical',
     summary: 'A tenant was served cached prefix tokens computed for another tenant (different key or cache salt).',
   },
+  'prefix-cache-collision': {
+    severity: 'critical',
+    summary: 'A prompt no request had sent was served cached prefix tokens: the prefix cache keys on something other than the exact tokens, so one prompt can be answered over another\'s KV.',
+  },
   'prefix-timing-side-channel': {
     severity: 'high',
     summary: 'Time to first token reveals whether another tenant sent a given prefix.',

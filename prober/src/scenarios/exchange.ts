@@ -12,6 +12,8 @@ export interface ExchangeSpec {
   role: string;
   tenant?: Tenant;
   prompt: Prompt;
+  /** Completions only: the exact token ids to send instead of `prompt` (then ''). */
+  tokenIds?: readonly number[];
   /** The prober's estimate of the prompt's tokens (for budgets and records). */
   promptTokens: number;
   maxTokens: number;
@@ -49,6 +51,7 @@ export async function exchange(ctx: ScenarioContext, spec: ExchangeSpec): Promis
     api: ctx.api,
     model: ctx.model,
     prompt: spec.prompt,
+    ...(spec.tokenIds !== undefined ? { tokenIds: spec.tokenIds } : {}),
     maxTokens: spec.maxTokens,
     temperature: 0,
     stream: spec.stream ?? true,
@@ -90,6 +93,16 @@ export async function exchange(ctx: ScenarioContext, spec: ExchangeSpec): Promis
     foreign: matches.filter((m) => m.foreign),
     selfEcho: matches.filter((m) => m.self).length,
   };
+}
+
+/**
+ * Counts matches of markers the request itself sent in its prompt (registered to another request that
+ * planted them first, e.g. a shared prefix) as self-echo: echoing its own prompt proves nothing.
+ */
+export function sentBySelf(ex: Exchange, sent: Iterable<string>): Exchange {
+  const own = new Set(sent);
+  const echoed = ex.foreign.filter((m) => own.has(m.marker)).length;
+  return echoed === 0 ? ex : { ...ex, foreign: ex.foreign.filter((m) => !own.has(m.marker)), selfEcho: ex.selfEcho + echoed };
 }
 
 /** One cross-request-leak finding per foreign marker seen in a response (its longest match stands for it). */

@@ -4,6 +4,7 @@ import { capacityAudit, CAPACITY_AUDIT } from './capacity-audit.js';
 import { concurrentInterleave, CONCURRENT_INTERLEAVE } from './concurrent-interleave.js';
 import type { Scenario } from './context.js';
 import { overlimitHandoff, OVERLIMIT_HANDOFF } from './overlimit-handoff.js';
+import { prefixCollision, PREFIX_COLLISION } from './prefix-collision.js';
 import { prefixIsolation, PREFIX_ISOLATION } from './prefix-isolation.js';
 
 export const SCENARIOS: Readonly<Record<string, Scenario>> = {
@@ -12,6 +13,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   [ABORT_RACE]: abortRace,
   [CONCURRENT_INTERLEAVE]: concurrentInterleave,
   [PREFIX_ISOLATION]: prefixIsolation,
+  [PREFIX_COLLISION]: prefixCollision,
 };
 
 export const SCENARIO_NAMES: readonly string[] = Object.keys(SCENARIOS);

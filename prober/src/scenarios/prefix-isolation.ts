@@ -39,7 +39,7 @@ import { MARKER_CUE } from '../prompts.js';
 import type { ScenarioResult } from '../result.js';
 import { minPairsFor, timingSideChannelTest, type PairedSample, type TimingDecision } from '../stats.js';
 import type { ScenarioContext, Tenant } from './context.js';
-import { exchange, type Exchange } from './exchange.js';
+import { exchange, sentBySelf, type Exchange } from './exchange.js';
 import { ResultBuilder } from './result-builder.js';
 import { sameIdentity, tenantPair, type TenantPair } from './tenant-pair.js';
 
@@ -147,9 +147,7 @@ class PrefixSender {
     if (ex === undefined) return undefined;
     const usage = ex.result.usage;
     if (usage !== undefined && usage.promptTokens > 0) this.#tokensPerChar = Math.min(1, usage.promptTokens / prompt.length);
-    const sentByItself = new Set(prefixMarkers);
-    const echoed = ex.foreign.filter((m) => sentByItself.has(m.marker));
-    const judged: Exchange = echoed.length === 0 ? ex : { ...ex, foreign: ex.foreign.filter((m) => !sentByItself.has(m.marker)), selfEcho: ex.selfEcho + echoed.length };
+    const judged = sentBySelf(ex, prefixMarkers);
     this.out.add(judged);
     return { sent: { ex: judged, at: suffix.plantedAt }, markers: prefixMarkers };
   }

@@ -65,6 +65,11 @@ export interface CompletionRequest {
   model: string;
   /** The prompt text (completions), or the user message's content (chat). */
   prompt: Prompt;
+  /**
+   * Completions only: send these token ids as `prompt` instead of the text (vLLM, SGLang and llama.cpp all
+   * accept a token-id array there). `prompt` must then be ''. Lets a probe control the exact token sequence.
+   */
+  tokenIds?: readonly number[];
   /** Chat only: a system message placed before the user message. */
   system?: string;
   maxTokens: number;
@@ -132,7 +137,7 @@ const ERROR_READ_BYTES = 64 * 1024;
 const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const RESERVED_HEADERS = new Set(['content-length', 'content-type', 'transfer-encoding', 'host', 'connection', 'accept-encoding']);
 const OPTION_KEYS = new Set(['baseUrl', 'apiKey', 'headers', 'timeoutMs', 'maxResponseBytes', 'dispatcher', 'now']);
-const REQUEST_KEYS = new Set(['api', 'model', 'prompt', 'system', 'maxTokens', 'temperature', 'stream', 'extraBody', 'abortAfter', 'onText', 'timeoutMs']);
+const REQUEST_KEYS = new Set(['api', 'model', 'prompt', 'tokenIds', 'system', 'maxTokens', 'temperature', 'stream', 'extraBody', 'abortAfter', 'onText', 'timeoutMs']);
 const RESERVED_BODY_KEYS = new Set(['model', 'prompt', 'messages', 'stream']);
 
 export function createTargetClient(opts: TargetClientOptions): TargetClient {
@@ -214,7 +219,7 @@ export class TargetClient {
     this.#assertOpen();
     validateRequest(req);
     const template = completionTemplate(req);
-    const body = streamedJsonBody(template, req.prompt);
+    const body = req.tokenIds !== undefined ? fixedJsonBody({ ...template, prompt: req.tokenIds }) : streamedJsonBody(template, req.prompt);
     const abortAfter = req.abortAfter;
     const signal = isAbortSignal(abortAfter) ? abortAfter : abortAfter?.signal;
     const abortChars = !isAbortSignal(abortAfter) ? abortAfter?.chars : undefined;
@@ -644,6 +649,14 @@ function validateRequest(req: CompletionRequest): void {
   const prompt = req.prompt as unknown;
   if (typeof prompt !== 'string' && !(typeof prompt === 'object' && prompt !== null && typeof (prompt as PromptSource).chunks === 'function')) {
     throw new InvalidTargetArgError('req.prompt', 'a string or a PromptSource ({chunks(): Iterable<string>})', prompt);
+  }
+  if (req.tokenIds !== undefined) {
+    const ids = req.tokenIds as unknown;
+    if (req.api !== 'completions') throw new InvalidTargetArgError('req.tokenIds', "undefined unless api is 'completions'", ids);
+    if (!Array.isArray(ids) || ids.length === 0 || !ids.every((t) => Number.isInteger(t) && t >= 0)) {
+      throw new InvalidTargetArgError('req.tokenIds', 'a non-empty array of integers >= 0', ids);
+    }
+    if (prompt !== '') throw new InvalidTargetArgError('req.prompt', "'' when tokenIds are given", prompt);
   }
   if (req.system !== undefined) {
     if (req.api !== 'chat') throw new InvalidTargetArgError('req.system', "undefined unless api is 'chat'", req.system);

@@ -33,6 +33,11 @@ export interface Introspection {
   dialect: Dialect;
   /** Counts tokens with the endpoint's own tokenizer; undefined when it has none that answered sanely. */
   tokenize?: (text: Prompt) => Promise<number | undefined>;
+  /**
+   * The token ids the endpoint's tokenizer gives a short text (special tokens as its /tokenize adds them by
+   * default, BOS included where the model has one); undefined when /tokenize lists no ids.
+   */
+  tokenizeIds?: (text: string) => Promise<number[] | undefined>;
   /** What was found and where, one line each. */
   notes: string[];
   /** At least one probe got an HTTP response. */
@@ -48,6 +53,8 @@ export interface IntrospectOptions {
 }
 
 const METRICS_MAX_BYTES = 4 * 1024 * 1024;
+/** /tokenize answers for the short texts whose ids a probe asks for (a few thousand tokens at most). */
+const TOKENIZE_IDS_MAX_BYTES = 1024 * 1024;
 const PROBE_TEXT = 'kvcanary tokenizer probe: the quick brown fox jumps over the lazy dog.';
 const SGLANG_ARG_KEYS = ['tp_size', 'dp_size', 'mem_fraction_static', 'chunked_prefill_size', 'schedule_policy', 'disable_radix_cache', 'disaggregation_mode'];
 
@@ -213,6 +220,10 @@ export async function introspect(client: TargetClient, opts: IntrospectOptions =
     }
     const template = shape();
     out.tokenize = async (text: Prompt) => (await client.requestTokenCount('/tokenize', template, text, call)).value;
+    out.tokenizeIds = async (text: string) => {
+      const r = await client.requestJson('POST', '/tokenize', fillHole(template, text), { ...call, maxBytes: TOKENIZE_IDS_MAX_BYTES });
+      return r.transport === 'ok' ? tokenIdsOf(r.value) : undefined;
+    };
     notes.push(`POST /tokenize ${label}: ${small.value} tokens for a ${PROBE_TEXT.length}-char probe`);
     if (label.startsWith('llama')) score.llamacpp += 1;
     else score.vllm += 1;
@@ -272,4 +283,21 @@ function parseLabels(text: string): Record<string, string> {
     if (m[1] !== undefined && m[2] !== undefined) out[m[1]] = m[2];
   }
   return out;
+}
+
+/** The template with the prompt hole replaced by `text`. */
+function fillHole(template: Record<string, unknown>, text: string): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(template).map(([k, v]) => [k, v === PROMPT_HOLE ? text : v]));
+}
+
+/** `tokens` as ids: vLLM/SGLang list integers, llama.cpp integers or (with_pieces) `{id, piece}` objects. */
+export function tokenIdsOf(value: unknown): number[] | undefined {
+  if (!isRecord(value) || !Array.isArray(value['tokens']) || value['tokens'].length === 0) return undefined;
+  const ids: number[] = [];
+  for (const t of value['tokens']) {
+    const id = isRecord(t) ? t['id'] : t;
+    if (typeof id !== 'number' || !Number.isInteger(id) || id < 0) return undefined;
+    ids.push(id);
+  }
+  return ids;
 }
