@@ -71,8 +71,8 @@ const AIMED: Readonly<Record<string, readonly string[]>> = {
   'late-write': ['abort-race'],
   'offload-release-race': ['abort-race'],
   'prefix-cache-ignores-salt': ['prefix-isolation'],
-  'weak-prefix-hash': ['prefix-isolation'],
-  'prompt-cache-restore-race': ['concurrent-interleave', 'prefix-isolation'],
+  'weak-prefix-hash': ['prefix-collision'],
+  'prompt-cache-restore-race': ['prefix-churn'],
 };
 
 /**

@@ -3,8 +3,8 @@
  * prober's scenarios, `cycles` cycles per (cell, scenario) series, each series on a fresh engine.
  *
  * Each cell is first started once to learn whether this engine build can provide it. Then every series
- * of every available cell runs: those of timing-sensitive scenarios (EXCLUSIVE_SCENARIOS) one at a time
- * with nothing else in flight, the others `jobs` at a time (pool.ts); results are put back in cell order.
+ * of every available cell runs: those of timing-sensitive scenarios (EXCLUSIVE_SCENARIOS) on cells that can
+ * detect something one at a time with nothing else in flight, the others `jobs` at a time (pool.ts); results are put back in cell order.
  */
 import { EXCLUSIVE_SCENARIOS, type EngineCell } from './cells.js';
 import { startCellEngine } from './engine-cell.js';
@@ -57,8 +57,10 @@ export async function runMatrix(opts: MatrixOptions): Promise<MatrixResult> {
   }
   const work = cells.flatMap((c, ci) => (c.available ? scenariosFor(c.cell, opts.scenarios, opts.allScenarios).map((scenario) => ({ ci, scenario })) : []));
   let done = 0;
-  const shared = work.filter((w) => !EXCLUSIVE_SCENARIOS.includes(w.scenario));
-  const alone = work.filter((w) => EXCLUSIVE_SCENARIOS.includes(w.scenario));
+  // A negative cell has no detection to lose to a shared CPU: its timing-sensitive series share the pool too.
+  const exclusive = (w: { ci: number; scenario: string }): boolean => EXCLUSIVE_SCENARIOS.includes(w.scenario) && cells[w.ci]!.cell.role !== 'negative';
+  const shared = work.filter((w) => !exclusive(w));
+  const alone = work.filter(exclusive);
   const one = async ({ ci, scenario }: { ci: number; scenario: string }) => {
     const cell = cells[ci]!.cell;
     const t0 = performance.now();

@@ -31,6 +31,11 @@ export interface FalsePositiveOptions {
   jobs: number;
   /** The matrix of this invocation, if it ran: its cycles on these cells count. */
   prior?: MatrixResult;
+  /**
+   * Engine targets only: at least this many cycles of a scenario, pairs or not. prefix-isolation's timing
+   * test has a stated false-alarm rate (alpha 0.001 a cycle): its claim needs runs, not pairs.
+   */
+  minCycles?: Readonly<Record<string, number>>;
   progress: (line: string) => void;
 }
 
@@ -138,12 +143,12 @@ export async function runFalsePositives(opts: FalsePositiveOptions): Promise<Fal
     }
     const t = emptyTarget(job.label, EXPECTED[job.cell.preset] ?? []);
     fromMatrix(opts.prior, job.cell.id, t);
-    if (t.pairs >= opts.pairs) return finish(t, 0);
+    if (t.pairs >= opts.pairs && cyclesShort(t, opts.minCycles).length === 0) return finish(t, 0);
     const started = await startCellEngine(job.cell, { scale: opts.scale });
     if (!started.ok) return { ...t, available: false, reason: started.reason };
     try {
       const before = started.engine.running.engine.stats().foreignPageReadsTotal;
-      await topUp(t, started.engine.url, opts);
+      await topUp(t, started.engine.url, opts, opts.minCycles);
       t.foreignPageReads = (t.foreignPageReads ?? 0) + started.engine.running.engine.stats().foreignPageReadsTotal - before;
       return t;
     } finally {
@@ -160,24 +165,37 @@ function finish(t: FalsePositiveTarget, seconds: number): FalsePositiveTarget {
   return t;
 }
 
-/** Round-robin over the scenarios with one registry until the target has `opts.pairs` pairs. */
-async function topUp(t: FalsePositiveTarget, url: string, opts: FalsePositiveOptions): Promise<FalsePositiveTarget> {
+/** Scenarios of `minCycles` (among those run) the target has not yet run often enough. */
+function cyclesShort(t: FalsePositiveTarget, minCycles: Readonly<Record<string, number>> | undefined): string[] {
+  return Object.entries(minCycles ?? {})
+    .filter(([scenario, n]) => (t.perScenario[scenario]?.cycles ?? 0) < n)
+    .map(([scenario]) => scenario);
+}
+
+/**
+ * Round-robin over the scenarios with one registry until the target has `opts.pairs` pairs, then the
+ * scenarios still short of `minCycles` until they have them.
+ */
+async function topUp(t: FalsePositiveTarget, url: string, opts: FalsePositiveOptions, minCycles?: Readonly<Record<string, number>>): Promise<FalsePositiveTarget> {
   const t0 = performance.now();
   const series = createProbeSeries({ url, name: 'fp' });
+  const runOne = async (scenario: string): Promise<number> => {
+    const r = await series.run(scenario);
+    t.cycles++;
+    t.pairs += r.pairs;
+    const s = (t.perScenario[scenario] ??= { cycles: 0, pairs: 0, inconclusive: 0 });
+    s.cycles++;
+    s.pairs += r.pairs;
+    if (r.outcome === 'inconclusive') s.inconclusive++;
+    addFindings(t, r.findings);
+    addSamples(t, r.samples);
+    return r.pairs;
+  };
   let reported = t.pairs;
   for (let round = 0; t.pairs < opts.pairs; round++) {
     let pairsThisRound = 0;
     for (const scenario of opts.scenarios) {
-      const r = await series.run(scenario);
-      t.cycles++;
-      t.pairs += r.pairs;
-      pairsThisRound += r.pairs;
-      const s = (t.perScenario[scenario] ??= { cycles: 0, pairs: 0, inconclusive: 0 });
-      s.cycles++;
-      s.pairs += r.pairs;
-      if (r.outcome === 'inconclusive') s.inconclusive++;
-      addFindings(t, r.findings);
-      addSamples(t, r.samples);
+      pairsThisRound += await runOne(scenario);
       if (t.pairs >= opts.pairs) break;
     }
     // A target that yields no pairs at all would loop forever: stop after a few rounds and say so.
@@ -189,6 +207,11 @@ async function topUp(t: FalsePositiveTarget, url: string, opts: FalsePositiveOpt
       reported = t.pairs;
       opts.progress(`[false positives] ${t.target}: ${t.pairs}/${opts.pairs} pairs, ${Object.values(t.falsePositives).reduce((a, b) => a + b, 0)} false positive(s)`);
     }
+  }
+  const short = cyclesShort(t, minCycles).filter((s) => opts.scenarios.includes(s));
+  for (const scenario of short) {
+    while ((t.perScenario[scenario]?.cycles ?? 0) < minCycles![scenario]!) await runOne(scenario);
+    opts.progress(`[false positives] ${t.target}: ${scenario} at ${t.perScenario[scenario]!.cycles} cycles`);
   }
   return finish(t, (performance.now() - t0) / 1000);
 }

@@ -161,8 +161,8 @@ function methodSection(r: BenchReport): string {
   canary markers. A recording pass-through proxy in front of the engine joins engine request ids to the
   responses the prober scanned. Nothing the prober sees depends on either.
 - **Scheduling:** series run ${o.jobs} at a time in one process, except those of timing-sensitive scenarios
-  (abort-race), which run one at a time with nothing else of ours in flight: sharing the process made the
-  same race cells miss most of the cycles they catch alone.
+  (abort-race) on cells with something to detect, which run one at a time with nothing else of ours in
+  flight: sharing the process made the same race cells miss most of the cycles they catch alone.
 - Proportions show the 95% Wilson interval in parentheses: 50 detections in 50 cycles is "1.00 (0.93–1.00)",
   not a certainty. Timing figures are counts or ratios from this one run; the machine is shared and noisy.
 - Each section names the command that reproduces it; add \`--cell ID\` / \`--scenario NAME\` to narrow it.`;
@@ -377,6 +377,22 @@ function fpSamples(f: FalsePositiveResult): string {
   return lines.length === 0 ? '' : `\n\nEvidence of each false positive (bounded, as the prober recorded it):\n\n${lines.join('\n')}`;
 }
 
+/** prefix-isolation's timing test on the engines that keep tenants apart: runs and false alarms. */
+export function timingFalseAlarms(f: FalsePositiveResult): { runs: number; alarms: number; targets: string[] } {
+  const engines = f.targets.filter((t) => t.available && t.foreignPageReads !== undefined);
+  return {
+    runs: engines.reduce((n, t) => n + (t.perScenario['prefix-isolation']?.cycles ?? 0), 0),
+    alarms: engines.reduce((n, t) => n + (t.falsePositives['prefix-timing-side-channel'] ?? 0), 0),
+    targets: engines.map((t) => t.target),
+  };
+}
+
+function timingLine(f: FalsePositiveResult): string {
+  const t = timingFalseAlarms(f);
+  if (t.runs === 0) return '';
+  return `Timing test: **${t.alarms} \`prefix-timing-side-channel\` false alarm(s) in ${int(t.runs)} runs** of prefix-isolation on ${t.targets.join(' and ')} (stated rate: alpha 0.001 a run, so about ${fixed(t.runs * 0.001, 2)} expected by chance).`;
+}
+
 function fpSection(run: SectionRun<FalsePositiveResult>): string {
   if (run.result === undefined) return `## 3. False positives\n\nNot measured: ${run.error ?? 'skipped'}.`;
   const f = run.result;
@@ -411,7 +427,7 @@ scanned all the same).
 
 ${table(['target', 'pairs', 'cycles', 'false positives', '95% upper bound per pair', 'expected findings', 'engine foreign page reads', 'per scenario'], rows)}
 
-Total: **${tot.findings} false positives in ${int(tot.pairs)} pairs**.${fpSamples(f)}`;
+Total: **${tot.findings} false positives in ${int(tot.pairs)} pairs**.${timingLine(f) === '' ? '' : `\n\n${timingLine(f)}`}${fpSamples(f)}`;
 }
 
 function costSection(run: SectionRun<CostResult> | undefined, matrix: MatrixResult | undefined, matrixCommand: string | undefined): string {
@@ -606,6 +622,8 @@ function closingSection(r: BenchReport): string {
   if (fp !== undefined) {
     const t = totalFalsePositives(fp);
     lines.push(`- False positives: **${t.findings} in ${int(t.pairs)} probe pairs** against ${fp.targets.filter((x) => x.available).map((x) => x.target).join(', ')}.`);
+    const timing = timingLine(fp);
+    if (timing !== '') lines.push(`- ${timing}`);
   }
   if (m !== undefined) {
     const inc = m.cells.find((c) => c.cell.id === 'incident' && c.available);

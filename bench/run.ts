@@ -44,6 +44,9 @@ function pickCells(all: readonly EngineCell[], wanted: readonly string[]): Engin
   return all.filter((c) => wanted.includes(c.id));
 }
 
+/** prefix-isolation cycles per negative engine: issue 7 asks for no timing false alarm over at least 200 runs (two engines). */
+const TIMING_RUNS_PER_ENGINE = 100;
+
 export async function main(argv: string[]): Promise<number> {
   let opts: BenchOptions;
   try {
@@ -138,6 +141,7 @@ export async function main(argv: string[]): Promise<number> {
         scale: opts.scale,
         jobs: opts.jobs,
         ...(report.sections.matrix?.result !== undefined ? { prior: report.sections.matrix.result } : {}),
+        minCycles: { 'prefix-isolation': TIMING_RUNS_PER_ENGINE },
         progress,
       }),
     );

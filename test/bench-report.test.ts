@@ -14,7 +14,7 @@ import { fromMatrix, type FalsePositiveTarget } from '../bench/false-positives.j
 import { joinTruth, WriterAttribution, type JudgedResponse } from '../bench/ground-truth.js';
 import { BenchUsageError, parseBenchArgs, reproduce } from '../bench/options.js';
 import { proportion, zeroEventUpperBound } from '../bench/proportion.js';
-import { faultHeadlines, operatorExpectation, pci, renderMarkdown, totalFalsePositives, type BenchReport } from '../bench/report.js';
+import { faultHeadlines, operatorExpectation, pci, renderMarkdown, timingFalseAlarms, totalFalsePositives, type BenchReport } from '../bench/report.js';
 import { runSeries } from '../bench/series.js';
 import { summarizeSeries } from '../bench/summary.js';
 import { bodiesIn, createResponseParser, engineIdOf, type TapRecord } from '../bench/tap.js';
@@ -277,6 +277,17 @@ describe('report', () => {
     fromMatrix(syntheticMatrix(), 'remediated', t);
     expect(t).toMatchObject({ cycles: 2, pairs: 2, falsePositives: { 'rejection-not-enforced': 1 }, fromMatrix: { cycles: 2, pairs: 2 } });
     expect(totalFalsePositives({ pairsTarget: 2, scale: 64, targets: [t] })).toEqual({ findings: 1, pairs: 2 });
+  });
+
+  it('counts the timing test\'s runs and false alarms on the engines only', () => {
+    const t = (target: string, runs: number, alarms: number, engine: boolean): FalsePositiveTarget => ({
+      target, available: true, expected: [], pairs: 10, cycles: runs, fromMatrix: { cycles: 0, pairs: 0 },
+      perScenario: { 'prefix-isolation': { cycles: runs, pairs: 0, inconclusive: 0 } },
+      falsePositives: alarms > 0 ? { 'prefix-timing-side-channel': alarms } : {}, expectedFindings: {}, samples: [], upperBoundPerPair: null, seconds: 0,
+      ...(engine ? { foreignPageReads: 0 } : {}),
+    });
+    const f = { pairsTarget: 10, scale: 64, targets: [t('remediated', 100, 0, true), t('hardened', 120, 1, true), t('self-echo/noise server', 30, 0, false)] };
+    expect(timingFalseAlarms(f)).toEqual({ runs: 220, alarms: 1, targets: ['remediated', 'hardened'] });
   });
 
   it('renders every section with how to read it, the reproducing command, and what could not be measured', () => {
