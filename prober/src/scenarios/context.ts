@@ -25,7 +25,10 @@ export interface Tenant {
 export interface ProbeTuning {
   /** Prompt tokens per planter. @default min(4096, pool/4) when the pool is known, else 2048 */
   planterTokens?: number;
-  /** Planted tokens per overlimit-handoff cycle. @default the pool capacity when known, else 4 planters */
+  /**
+   * Planted tokens per overlimit-handoff cycle, and churned tokens per prefix-churn round.
+   * @default the pool capacity when known (prefix-churn: plus 5%), else 4 planters (prefix-churn: the context limit)
+   */
   plantTokens?: number;
   /** abort-race rounds per cycle. @default 4 */
   abortRounds?: number;
@@ -37,7 +40,7 @@ export interface ProbeTuning {
   sweep?: number[];
   /** Use the chat API instead of legacy completions. @default false */
   chat?: boolean;
-  /** prefix-isolation: tokens of each shared prefix (well above page sizes of 16-256). @default 512 */
+  /** prefix-isolation, prefix-churn: tokens of each shared prefix (well above page sizes of 16-256). @default 512 */
   prefixTokens?: number;
   /** prefix-isolation: timing pairs per cycle; at alpha 0.001 at least 10 are needed to decide. @default 12 */
   timingPairs?: number;
@@ -47,6 +50,8 @@ export interface ProbeTuning {
   timingMinEffect?: number;
   /** concurrent-interleave: requests in flight together, one wave per entry. @default [2, 4, 8] */
   interleaveWaves?: number[];
+  /** prefix-churn: cache, churn and re-read rounds per cycle (each churns the whole pool). @default 2 */
+  churnRounds?: number;
 }
 
 /** Tokens the cycle may still spend; scenarios check before each request and stop (inconclusive) when out. */

@@ -4,6 +4,7 @@ import { capacityAudit, CAPACITY_AUDIT } from './capacity-audit.js';
 import { concurrentInterleave, CONCURRENT_INTERLEAVE } from './concurrent-interleave.js';
 import type { Scenario } from './context.js';
 import { overlimitHandoff, OVERLIMIT_HANDOFF } from './overlimit-handoff.js';
+import { prefixChurn, PREFIX_CHURN } from './prefix-churn.js';
 import { prefixCollision, PREFIX_COLLISION } from './prefix-collision.js';
 import { prefixIsolation, PREFIX_ISOLATION } from './prefix-isolation.js';
 
@@ -14,6 +15,7 @@ export const SCENARIOS: Readonly<Record<string, Scenario>> = {
   [CONCURRENT_INTERLEAVE]: concurrentInterleave,
   [PREFIX_ISOLATION]: prefixIsolation,
   [PREFIX_COLLISION]: prefixCollision,
+  [PREFIX_CHURN]: prefixChurn,
 };
 
 export const SCENARIO_NAMES: readonly string[] = Object.keys(SCENARIOS);
