@@ -88,10 +88,13 @@ describe('prefix-isolation', () => {
     expect(result.notes.join('\n')).toMatch(/cached_tokens are not reported .* no timing effect/);
   });
 
-  it('passes on timing alone where cached_tokens are not reported, and flags a shared cache by timing alone', async () => {
+  it('passes on timing alone where cached_tokens are not reported (with more pairs over longer prefixes), and flags a shared cache by timing alone', async () => {
     const clean = await probe({ reportCached: false });
     expect(clean.findings).toEqual([]);
     expect(clean.outcome, clean.notes.join('\n')).toBe('pass');
+    // Timing alone judges B here, so the scenario gave it more pairs over longer prefixes.
+    expect(clean.notes.join('\n')).toMatch(/cached_tokens not reported in the first round: timing alone speaks, so 24 rounds/);
+    expect(roles(clean, 'prefix-reader')).toHaveLength(24);
     await server?.close();
     const shared = await probe({ reportCached: false, ignoreSalt: true });
     expect(kinds(shared)).toEqual(['prefix-timing-side-channel']);

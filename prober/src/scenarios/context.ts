@@ -42,7 +42,10 @@ export interface ProbeTuning {
   chat?: boolean;
   /** prefix-isolation, prefix-churn: tokens of each shared prefix (well above page sizes of 16-256). @default 512 */
   prefixTokens?: number;
-  /** prefix-isolation: timing pairs per cycle; at alpha 0.001 at least 10 are needed to decide. @default 12 */
+  /**
+   * prefix-isolation: timing pairs per cycle; at alpha 0.001 at least 10 are needed to decide.
+   * @default 12, or 24 over 4× longer prefixes when the first round shows no cached-token counts
+   */
   timingPairs?: number;
   /** prefix-isolation: false-alarm rate of the timing test. @default 0.001 */
   timingAlpha?: number;
