@@ -38,4 +38,21 @@ describe('no false positives on a self-echo/noise endpoint', () => {
     const echo = /self-echo: (\d+) of/.exec(abort.notes.join('\n'));
     expect(Number(echo?.[1])).toBeGreaterThan(100);
   });
+
+  it('prefix-isolation on a server without any cache: never a pass and never a timing finding (timed pairs are exchangeable)', async () => {
+    const registry = createMarkerRegistry();
+    const target: TargetConfig = {
+      name: 'echo', baseUrl: server.url, headers: {}, tenants: [], scenarios: [],
+      schedule: { intervalMs: 60_000, timeoutMs: 30_000, jitterMs: 0 }, budget: { tokensPerHour: 1e12 },
+    };
+    for (let cycle = 0; cycle < 3; cycle++) {
+      const run = await runProbe(
+        { registry, scanner: createScanner(registry) },
+        { target, scenarios: ['prefix-isolation'], runId: `noise-prefix-${cycle}`, signal: new AbortController().signal, tokenBudget: 1e12 },
+      );
+      const s = run.scenarios[0]!;
+      expect(s.findings).toEqual([]);
+      expect(s.outcome, s.notes.join('\n')).toBe('inconclusive');
+    }
+  });
 });

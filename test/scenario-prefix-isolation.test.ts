@@ -53,7 +53,7 @@ describe('prefix-isolation', () => {
     expect(roles(result, 'prefix-reader')).toHaveLength(12);
     expect(server!.stats().crossSaltHits).toBe(0);
     expect(result.notes.join('\n')).toMatch(/synthetic tenant-a and tenant-b/);
-    expect(result.notes.join('\n')).toMatch(/control vs its first send \(cache effect\): 12 pairs.*: effect/);
+    expect(result.notes.join('\n')).toMatch(/control vs a fresh prefix \(cache effect\): 12 pairs.*: effect/);
   });
 
   it('finds a cache that ignores cache_salt, by cached tokens and by timing, naming both tenants', async () => {

@@ -23,12 +23,12 @@
  *   keys differ, never the key values).
  * - Same-tenant control (vLLM PR #53347: "different salt, no reuse" also passes when caching is off): A's
  *   control must show reuse — cached tokens above A's baseline, or, where cached tokens are not reported
- *   (or reported but always 0 by a proxy), a significant TTFT saving over A's own first send. Without it
+ *   (or reported but always 0 by a proxy), a significant TTFT saving over the round's fresh prefix. Without it
  *   the scenario is inconclusive.
  * - Timing (stats.ts): B's TTFT on A's prefix vs on its fresh prefix, paired per round, one-sided exact
  *   sign-flip permutation test at `timingAlpha` (default 0.001) plus a minimum effect `timingMinEffect`
  *   (default: 20% faster in median). Significant and large: `prefix-timing-side-channel`. The same test
- *   on A's control vs A's plant measures the effect a cache hit has at all (reported in the notes).
+ *   on A's control vs the round's fresh prefix measures the effect a cache hit has at all (in the notes).
  * - Outcome: fail on any finding; pass only when the control showed reuse, B showed none, and the timing
  *   test ran (enough pairs to reach alpha); otherwise inconclusive with the reasons.
  */
@@ -117,14 +117,16 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
     }
     const round: Round = {};
     done.push(round);
-    const prefix = await sender.send(pair.a, 'prefix-planter', prefixMarkers);
+    const planted = sender.reserve(pair.a, 'prefix-planter', prefixMarkers);
+    const fresh = sender.reserve(pair.b, 'prefix-fresh', prefixMarkers);
+    const prefix = await sender.send(pair.a, 'prefix-planter', planted.markers, planted.requestId);
     if (prefix === undefined) break;
     round.plant = prefix.sent;
     if (prefix.sent.ex.result.transport !== 'ok') continue;
     const steps: Array<() => Promise<void>> = [
       async () => void (round.control = (await sender.send(pair.a, 'prefix-control', prefix.markers))?.sent),
       async () => void (round.reader = (await sender.send(pair.b, 'prefix-reader', prefix.markers))?.sent),
-      async () => void (round.fresh = (await sender.send(pair.b, 'prefix-fresh', prefixMarkers))?.sent),
+      async () => void (round.fresh = (await sender.send(pair.b, 'prefix-fresh', fresh.markers, fresh.requestId))?.sent),
     ];
     // Random order within the round: neither side of a timing pair is systematically first.
     for (let k = steps.length - 1; k > 0; k--) {
@@ -148,15 +150,25 @@ class PrefixSender {
     private readonly maxTokens: number,
   ) {}
 
-  /** `prefix`: markers already planted (shared prefix), or how many fresh ones to plant for this request. */
-  async send(tenant: Tenant, role: string, prefix: readonly string[] | number): Promise<{ sent: Sent; markers: string[] } | undefined> {
+  /**
+   * Registers `count` fresh prefix markers for a request to be sent later. A round reserves both of its new
+   * prefixes before its first send, so every timed send does the same client-side work (one suffix marker):
+   * registering dozens of markers just before one side of a pair made that side measurably slower (a few
+   * hundred microseconds, enough for 24 pairs to reach p < 0.001 against a server without any cache).
+   */
+  reserve(tenant: Tenant, role: string, count: number): { requestId: string; markers: string[] } {
     const { ctx } = this;
     const requestId = ctx.newRequestId(role);
-    const plant = (): ReturnType<typeof ctx.registry.plant> => ctx.registry.plant({ runId: ctx.runId, requestId, role, tenant: tenant.name });
-    const own = typeof prefix === 'number' ? Array.from({ length: prefix }, plant) : [];
-    const suffix = plant();
-    ctx.onMarkers([...own, suffix]);
-    const prefixMarkers = typeof prefix === 'number' ? own.map((e) => e.marker) : [...prefix];
+    const entries = Array.from({ length: count }, () => ctx.registry.plant({ runId: ctx.runId, requestId, role, tenant: tenant.name }));
+    ctx.onMarkers(entries);
+    return { requestId, markers: entries.map((e) => e.marker) };
+  }
+
+  /** Sends `prefixMarkers` (reserved for `requestId`, or another request's shared prefix) and a suffix marker of its own. */
+  async send(tenant: Tenant, role: string, prefixMarkers: readonly string[], requestId = this.ctx.newRequestId(role)): Promise<{ sent: Sent; markers: string[] } | undefined> {
+    const { ctx } = this;
+    const suffix = ctx.registry.plant({ runId: ctx.runId, requestId, role, tenant: tenant.name });
+    ctx.onMarkers([suffix]);
     const prompt = `${prefixMarkers.join(' ')}\n${suffix.marker}\nQuote one reference code: ${MARKER_CUE}`;
     const ex = await exchange(ctx, {
       role,
@@ -172,7 +184,7 @@ class PrefixSender {
     if (usage !== undefined && usage.promptTokens > 0) this.#tokensPerChar = Math.min(1, usage.promptTokens / prompt.length);
     const judged = sentBySelf(ex, prefixMarkers);
     this.out.add(judged);
-    return { sent: { ex: judged, at: suffix.plantedAt }, markers: prefixMarkers };
+    return { sent: { ex: judged, at: suffix.plantedAt }, markers: [...prefixMarkers] };
   }
 }
 
@@ -255,7 +267,10 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
     );
   }
 
-  // --- Timing: B on A's prefix vs B fresh (the side channel); A's control vs A's first send (the cache's own effect).
+  // --- Timing: B on A's prefix vs B fresh (the side channel); A's control vs the same fresh prefix (the
+  // cache's own effect). Both pairs are sent in random order within the round, so each pair's members are
+  // exchangeable without a cache. (A's plant always goes first: against it, on a server without any cache,
+  // the control looked faster in most cycles at p < 0.001, and a cacheless server passed.)
   const pairsOf = (pick: (r: Round) => [Sent | undefined, Sent | undefined]): PairedSample[] =>
     rounds.flatMap((r) => {
       const [hit, miss] = pick(r);
@@ -264,10 +279,10 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
       return c !== undefined && f !== undefined ? [{ cached: c, fresh: f }] : [];
     });
   const crossPairs = pairsOf((r) => [r.reader, r.fresh]);
-  const samePairs = pairsOf((r) => [r.control, r.plant]);
+  const samePairs = pairsOf((r) => [r.control, r.fresh]);
   const cross = timingSideChannelTest(crossPairs, opts);
   const same = timingSideChannelTest(samePairs, opts);
-  out.note(`timing, ${a.name} control vs its first send (cache effect): ${describeTiming(same)}`);
+  out.note(`timing, ${a.name} control vs a fresh prefix (cache effect): ${describeTiming(same)}`);
   out.note(`timing, ${b.name} on ${a.name}'s prefix vs a fresh one (side channel): ${describeTiming(cross)}`);
   if (cross.detected) {
     const first = rounds.find((r) => ok(r.plant) && ok(r.reader));
