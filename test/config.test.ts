@@ -65,6 +65,33 @@ describe('parseConfig', () => {
     });
   });
 
+  it('takes probe tuning at the top level and per target, merged key by key', () => {
+    const c = parseConfig(`
+probe: { planter_tokens: 8192, timing_pairs: 24, chat: false }
+targets:
+  - { name: a, base_url: http://127.0.0.1:1, probe: { timing_pairs: 30, interleave_waves: [2, 16], sweep: [0.5, 1] } }
+  - { name: b, base_url: http://127.0.0.1:2 }
+`, opts);
+    expect(c.targets[0]!.tuning).toEqual({ planterTokens: 8192, timingPairs: 30, chat: false, interleaveWaves: [2, 16], sweep: [0.5, 1] });
+    expect(c.targets[1]!.tuning).toEqual({ planterTokens: 8192, timingPairs: 24, chat: false });
+    expect(parseConfig('targets: [{ name: a, base_url: http://127.0.0.1:1 }]', opts).targets[0]!.tuning).toBeUndefined();
+  });
+
+  it('names each bad probe key and value', () => {
+    const issues = issuesOf(`
+probe: { timing_alpha: 2, planter_token: 5 }
+targets:
+  - { name: a, base_url: http://127.0.0.1:1, probe: { abort_ballast: yes, interleave_waves: [0], prefix_tokens: 4, sweep: [] } }
+`);
+    const byPath = Object.fromEntries(issues.map((i) => [i.path, i.message]));
+    expect(byPath['probe.timing_alpha']).toMatch(/strictly between 0 and 1, got `2`/);
+    expect(byPath['probe.planter_token']).toMatch(/unknown key \(did you mean `planter_tokens`\?\)/);
+    expect(byPath['targets[0].probe.abort_ballast']).toMatch(/true or false/);
+    expect(byPath['targets[0].probe.interleave_waves']).toMatch(/integers >= 1/);
+    expect(byPath['targets[0].probe.prefix_tokens']).toMatch(/integer >= 16, got `4`/);
+    expect(byPath['targets[0].probe.sweep']).toMatch(/fractions/);
+  });
+
   it('fills documented defaults', () => {
     const c = parseConfig('targets: [{ name: t, base_url: "http://127.0.0.1:1" }]', opts);
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 9464 });

@@ -23,12 +23,13 @@ afterEach(async () => {
   server = undefined;
 });
 
-async function probe(opts: PrefixCacheServerOptions, tenants: TenantConfig[] = [], env: Record<string, string> = {}): Promise<ScenarioResult> {
+async function probe(opts: PrefixCacheServerOptions, tenants: TenantConfig[] = [], env: Record<string, string> = {}, tuning?: TargetConfig['tuning']): Promise<ScenarioResult> {
   server = await startPrefixCacheServer(opts);
   const registry = createMarkerRegistry();
   const target: TargetConfig = {
     name: 'toy', baseUrl: server.url, headers: {}, tenants, scenarios: [],
     schedule: { intervalMs: 60_000, timeoutMs: 10_000, jitterMs: 0 }, budget: { tokensPerHour: 1e9 },
+    ...(tuning !== undefined ? { tuning } : {}),
   };
   const run = await runProbe(
     { registry, scanner: createScanner(registry), env },
@@ -98,6 +99,11 @@ describe('prefix-isolation', () => {
     await server?.close();
     const shared = await probe({ reportCached: false, ignoreSalt: true });
     expect(kinds(shared)).toEqual(['prefix-timing-side-channel']);
+  });
+
+  it('takes its timing pairs from the target\'s configured probe tuning', async () => {
+    const result = await probe({}, [], {}, { timingPairs: 10 });
+    expect(roles(result, 'prefix-reader')).toHaveLength(10);
   });
 
   it('reports text crossing tenants when a cache hit continues another tenant\'s entry', async () => {

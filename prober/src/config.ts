@@ -36,6 +36,21 @@
  *       schedule: { interval: 10m } # per-target overrides, merged key by key over the defaults above
  *       budget: { tokens_per_hour: 500000 }
  *       scenarios: [capacity-audit]
+ *       probe: { planter_tokens: 8192 } # per-target probe tuning, merged key by key over the top-level `probe`
+ *   probe:                          # probe tuning (every key optional; defaults suit the endpoint's advertised sizes)
+ *     planter_tokens: 4096          # prompt tokens per planter
+ *     plant_tokens: 1048576         # planted tokens per overlimit-handoff cycle / churned per prefix-churn round
+ *     abort_rounds: 4               # abort-race rounds per cycle
+ *     abort_ballast: true           # abort-race fills the exposed pool with ballast so freed pages are reused at once
+ *     reader_max_tokens: 48         # generated tokens asked of readers and planters
+ *     sweep: [0.5, 0.75, 0.95]      # prompt sizes (fractions of the context limit) when the pool is hidden
+ *     chat: false                   # use /v1/chat/completions instead of /v1/completions
+ *     prefix_tokens: 512            # prefix-isolation, prefix-collision, prefix-churn: tokens per shared prefix
+ *     timing_pairs: 12              # prefix-isolation timing pairs per cycle (24 when cached tokens are not reported)
+ *     timing_alpha: 0.001           # prefix-isolation: false-alarm rate of the timing test, per cycle
+ *     timing_min_effect: 0.2        # prefix-isolation: smallest median TTFT saving that counts
+ *     interleave_waves: [2, 4, 8]   # concurrent-interleave: requests in flight together, one wave each
+ *     churn_rounds: 2               # prefix-churn rounds per cycle
  *
  * Durations: a number and a unit (ms, s, m, h, d), optionally chained: 500ms, 30s, 5m, 1h30m, 7d. Schedule
  * durations are at most 7d (interval at least 1s); retention at least 1m.
@@ -43,6 +58,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseDocument } from 'yaml';
+import type { ProbeTuning } from './scenarios/context.js';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
@@ -76,6 +92,8 @@ export interface TargetConfig {
   schedule: ScheduleConfig;
   budget: BudgetConfig;
   scenarios: string[];
+  /** Probe tuning for this target (the top-level `probe` merged with the target's own). */
+  tuning?: ProbeTuning;
 }
 
 export interface ServiceConfig {
@@ -265,6 +283,32 @@ function didYouMean(key: string, allowed: readonly string[]): string {
 const join = (base: string, key: string | number): string =>
   typeof key === 'number' ? `${base}[${key}]` : base === '' ? key : `${base}.${key}`;
 
+interface TargetDefaults {
+  schedule?: ScheduleConfig;
+  budget?: BudgetConfig;
+  scenarios?: string[];
+  tuning?: ProbeTuning;
+}
+
+type TuningKind = { int: number } | 'bool' | 'fraction' | 'fractions' | 'ints';
+
+/** The `probe:` keys, the ProbeTuning field each sets, and what it takes. */
+const TUNING_KEYS: Readonly<Record<string, { field: keyof ProbeTuning; kind: TuningKind }>> = {
+  planter_tokens: { field: 'planterTokens', kind: { int: 1 } },
+  plant_tokens: { field: 'plantTokens', kind: { int: 1 } },
+  abort_rounds: { field: 'abortRounds', kind: { int: 1 } },
+  abort_ballast: { field: 'abortBallast', kind: 'bool' },
+  reader_max_tokens: { field: 'readerMaxTokens', kind: { int: 1 } },
+  sweep: { field: 'sweep', kind: 'fractions' },
+  chat: { field: 'chat', kind: 'bool' },
+  prefix_tokens: { field: 'prefixTokens', kind: { int: 16 } },
+  timing_pairs: { field: 'timingPairs', kind: { int: 1 } },
+  timing_alpha: { field: 'timingAlpha', kind: 'fraction' },
+  timing_min_effect: { field: 'timingMinEffect', kind: 'fraction' },
+  interleave_waves: { field: 'interleaveWaves', kind: 'ints' },
+  churn_rounds: { field: 'churnRounds', kind: { int: 1 } },
+};
+
 class Validator {
   readonly issues: ConfigIssue[] = [];
   private readonly env: Record<string, string | undefined>;
@@ -382,6 +426,39 @@ class Validator {
     return n === undefined ? undefined : { tokensPerHour: n };
   }
 
+  /** A `probe:` block: its keys over `base` (the top-level block, for a target). */
+  private tuning(value: unknown, p: string, base: ProbeTuning | undefined): ProbeTuning | undefined {
+    const o = this.object(value, p, Object.keys(TUNING_KEYS));
+    if (o === undefined) return undefined;
+    const out: Record<string, unknown> = { ...base };
+    const before = this.issues.length;
+    for (const [key, raw] of Object.entries(o)) {
+      const spec = TUNING_KEYS[key];
+      if (spec === undefined) continue; // reported by object()
+      const kp = join(p, key);
+      const kind = spec.kind;
+      const fraction = (x: unknown): x is number => typeof x === 'number' && x > 0 && x < 1;
+      if (typeof kind === 'object') {
+        const n = this.int(raw, kp, kind.int);
+        if (n !== undefined) out[spec.field] = n;
+      } else if (kind === 'bool') {
+        if (typeof raw === 'boolean') out[spec.field] = raw;
+        else this.fail(kp, `expected true or false, got ${describe(raw)}`);
+      } else if (kind === 'fraction') {
+        if (fraction(raw)) out[spec.field] = raw;
+        else this.fail(kp, `expected a number strictly between 0 and 1, got ${describe(raw)}`);
+      } else if (kind === 'fractions') {
+        if (Array.isArray(raw) && raw.length > 0 && raw.every((x) => fraction(x) || x === 1)) out[spec.field] = [...(raw as number[])];
+        else this.fail(kp, `expected a non-empty list of fractions of the context limit in (0, 1], got ${describe(raw)}`);
+      } else if (Array.isArray(raw) && raw.length > 0 && raw.every((x) => Number.isSafeInteger(x) && (x as number) >= 1)) {
+        out[spec.field] = [...(raw as number[])];
+      } else {
+        this.fail(kp, `expected a non-empty list of integers >= 1, got ${describe(raw)}`);
+      }
+    }
+    return this.issues.length === before ? (out as ProbeTuning) : undefined;
+  }
+
   private headers(value: unknown, p: string): Record<string, string> | undefined {
     if (value === null || typeof value !== 'object' || Array.isArray(value)) {
       return this.fail(p, `expected a mapping of header name to value, got ${describe(value)}`);
@@ -449,8 +526,8 @@ class Validator {
     return value;
   }
 
-  private target(value: unknown, p: string, defaults: { schedule?: ScheduleConfig; budget?: BudgetConfig; scenarios?: string[] }): TargetConfig | undefined {
-    const o = this.object(value, p, ['name', 'base_url', 'model', 'api_key_env', 'headers', 'tenants', 'schedule', 'budget', 'scenarios']);
+  private target(value: unknown, p: string, defaults: TargetDefaults): TargetConfig | undefined {
+    const o = this.object(value, p, ['name', 'base_url', 'model', 'api_key_env', 'headers', 'tenants', 'schedule', 'budget', 'scenarios', 'probe']);
     if (o === undefined) return undefined;
     let name: string | undefined;
     if (o.name === undefined) this.fail(join(p, 'name'), 'required');
@@ -464,9 +541,11 @@ class Validator {
     const schedule = o.schedule === undefined ? defaults.schedule : this.schedule(o.schedule, join(p, 'schedule'), defaults.schedule);
     const budget = o.budget === undefined ? defaults.budget : this.budget(o.budget, join(p, 'budget'));
     const scenarios = o.scenarios === undefined ? defaults.scenarios : this.scenarios(o.scenarios, join(p, 'scenarios'));
+    const tuning = o.probe === undefined ? defaults.tuning : this.tuning(o.probe, join(p, 'probe'), defaults.tuning);
     if (name === undefined || baseUrl === undefined || headers === undefined || tenants === undefined
-      || schedule === undefined || budget === undefined || scenarios === undefined) return undefined;
+      || schedule === undefined || budget === undefined || scenarios === undefined || (o.probe !== undefined && tuning === undefined)) return undefined;
     const t: TargetConfig = { name, baseUrl, headers, tenants, schedule, budget, scenarios };
+    if (tuning !== undefined && Object.keys(tuning).length > 0) t.tuning = tuning;
     if (model !== undefined) t.model = model;
     if (apiKeyEnv !== undefined) t.apiKeyEnv = apiKeyEnv;
     return t;
@@ -474,7 +553,7 @@ class Validator {
 
   root(raw: unknown): ServiceConfig | undefined {
     if (raw === null || raw === undefined) return this.fail('', 'the config is empty: expected a mapping with at least `targets`');
-    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'targets']);
+    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets']);
     if (o === undefined) return undefined;
 
     const listen = this.listen(o.listen ?? DEFAULTS.listen, 'listen');
@@ -512,12 +591,15 @@ class Validator {
       ? [...(this.opts.defaultScenarios ?? this.opts.knownScenarios)]
       : this.scenarios(o.scenarios, 'scenarios');
 
+    const tuning = o.probe === undefined ? undefined : this.tuning(o.probe, 'probe', undefined);
+
     let targets: TargetConfig[] | undefined;
     if (o.targets === undefined) this.fail('targets', 'required: a list of at least one target ({name, base_url, ...})');
     else if (!Array.isArray(o.targets) || o.targets.length === 0) this.fail('targets', `expected a non-empty list of targets, got ${describe(o.targets)}`);
     else {
       // Targets are validated even when a default above is broken, so one pass reports everything.
-      const defaults: { schedule?: ScheduleConfig; budget?: BudgetConfig; scenarios?: string[] } = {};
+      const defaults: TargetDefaults = {};
+      if (tuning !== undefined) defaults.tuning = tuning;
       if (schedule !== undefined) defaults.schedule = schedule;
       if (budget !== undefined) defaults.budget = budget;
       if (scenarios !== undefined) defaults.scenarios = scenarios;
@@ -534,7 +616,7 @@ class Validator {
     }
 
     if (listen === undefined || store === undefined || log === undefined || schedule === undefined || budget === undefined
-      || concurrency === undefined || scenarios === undefined || targets === undefined) return undefined;
+      || concurrency === undefined || scenarios === undefined || targets === undefined || (o.probe !== undefined && tuning === undefined)) return undefined;
     return { listen, store, log, schedule, budget, concurrency, scenarios, targets };
   }
 }

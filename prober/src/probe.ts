@@ -49,6 +49,8 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
   if (req.signal.aborted) forward();
   else req.signal.addEventListener('abort', forward, { once: true });
   try {
+    // A target's `probe:` tuning from the config file, over the caller's defaults.
+    const tuning = { ...deps.tuning, ...target.tuning };
     const introspection = await introspect(tenants[0]!.client, { ...(target.model !== undefined ? { model: target.model } : {}), signal: cycle.signal });
     for (const n of introspection.notes) progress(`introspection: ${n}`);
     const model = target.model ?? introspection.models[0];
@@ -60,14 +62,14 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         runId: req.runId,
         target: target.name,
         model,
-        api: deps.tuning?.chat === true ? 'chat' : 'completions',
+        api: tuning.chat === true ? 'chat' : 'completions',
         tenants,
         introspection,
         registry: deps.registry,
         scanner: deps.scanner,
         signal: cycle.signal,
         budget: tokenBudget(req.tokenBudget),
-        tuning: deps.tuning ?? {},
+        tuning,
         calibration: { tried: false },
         onMarkers: deps.onMarkers ?? (() => {}),
         progress,
