@@ -4,7 +4,8 @@
  * - Planter-size search, on incident with overlimit-handoff: the tokens planted per cycle
  *   (ProbeTuning.plantTokens; the default is the whole advertised pool) swept over fractions of the pool,
  *   `cycles` cycles from a fresh engine at each size. The answer is the smallest size whose per-cycle
- *   marker detection is >= 0.99 and stays so at every larger size measured (the raw curve is reported too).
+ *   marker detection is >= 0.99 and stays so at every larger size measured (the raw curve is reported too),
+ *   and the same for detection by either signal (marker or rejection).
  *   Every size runs all its cycles from a fresh engine (no early stop: the first cycles on a fresh engine
  *   can miss where later ones do not, and the figure is the whole series'). The rejection signal does not
  *   depend on planting, so the search is about the marker signal.
@@ -16,7 +17,7 @@
 import { ALL_CELLS, SINGLE_CELL, type EngineCell } from './cells.js';
 import { mapPool } from './pool.js';
 import { runSeries } from './series.js';
-import type { Proportion } from './proportion.js';
+import { proportion, type Proportion } from './proportion.js';
 
 export interface CostOptions {
   /** The cell to search and project on (incident; a stand-in when this engine build has none). */
@@ -41,6 +42,8 @@ export interface PlanterPoint {
   /** Cycle of the series (fresh engine) where the marker signal first fired; null if never. */
   markerFirst: number | null;
   rejection: Proportion;
+  /** Cycles where either signal fired: what detects the fault, since both are critical. */
+  either: Proportion;
   sentPerCycle: number;
   billedPerCycle: number;
 }
@@ -64,6 +67,8 @@ export interface CostResult {
   search: PlanterPoint[];
   /** Smallest planted tokens per cycle keeping marker detection >= 0.99 at this and every larger size. */
   smallest: PlanterPoint | null;
+  /** The same for detection by either signal (marker or rejection). */
+  smallestEither: PlanterPoint | null;
   /** That size projected to full scale (same fraction of the full-scale pool). */
   smallestFullScaleTokens: number | null;
   projection: ProjectionRow[];
@@ -75,10 +80,14 @@ export const PLANTER_FRACTIONS_QUICK: readonly number[] = [1 / 64, 1 / 16, 1 / 4
 export const DETECTION_GOAL = 0.99;
 
 /** Smallest point meeting the goal with every larger point meeting it too (points sorted by size). */
-export function smallestSufficient(points: readonly PlanterPoint[], goal = DETECTION_GOAL): PlanterPoint | null {
+export function smallestSufficient(
+  points: readonly PlanterPoint[],
+  goal = DETECTION_GOAL,
+  signal: (p: PlanterPoint) => Proportion = (p) => p.marker,
+): PlanterPoint | null {
   let best: PlanterPoint | null = null;
   for (let i = points.length - 1; i >= 0; i--) {
-    const p = points[i]!.marker.p;
+    const p = signal(points[i]!).p;
     if (p === null || p < goal) break;
     best = points[i]!;
   }
@@ -101,7 +110,7 @@ export async function runCost(opts: CostOptions): Promise<CostResult> {
     cell = opts.fallback;
     probe = await runSeries({ cell, scenario: 'capacity-audit', cycles: 1, scale: opts.scale });
   }
-  const out: CostResult = { cell: cell.id, available: probe.available, scale: opts.scale, search: [], smallest: null, smallestFullScaleTokens: null, projection: [] };
+  const out: CostResult = { cell: cell.id, available: probe.available, scale: opts.scale, search: [], smallest: null, smallestEither: null, smallestFullScaleTokens: null, projection: [] };
   if (!probe.available) {
     out.reason = probe.reason ?? 'unavailable';
     return out;
@@ -121,9 +130,22 @@ export async function runCost(opts: CostOptions): Promise<CostResult> {
     });
     const s = r.summary!;
     opts.progress(`[cost] plant ${plantTokens} tokens (${fraction} pool): marker ${s.marker.detected.successes}/${s.cycles}, rejection ${s.rejection.detected.successes}/${s.cycles}`);
-    return { fraction, plantTokens, marker: s.marker.detected, markerFirst: s.marker.first?.cycle ?? null, rejection: s.rejection.detected, sentPerCycle: s.tokens.sentPerCycle, billedPerCycle: s.tokens.billedPerCycle };
+    const m = r.markerTrace ?? '';
+    const rej = r.rejectionTrace ?? '';
+    const either = [...m].filter((c, i) => c === '1' || rej[i] === '1').length;
+    return {
+      fraction,
+      plantTokens,
+      marker: s.marker.detected,
+      markerFirst: s.marker.first?.cycle ?? null,
+      rejection: s.rejection.detected,
+      either: proportion(either, s.cycles),
+      sentPerCycle: s.tokens.sentPerCycle,
+      billedPerCycle: s.tokens.billedPerCycle,
+    };
   });
   out.smallest = smallestSufficient(out.search);
+  out.smallestEither = smallestSufficient(out.search, DETECTION_GOAL, (p) => p.either);
   if (out.smallest !== null) out.smallestFullScaleTokens = Math.round(out.smallest.plantTokens * opts.scale);
 
   const points = opts.scenarios.flatMap((scenario) => [opts.scale, opts.scale * 2].map((scale) => ({ scenario, scale })));

@@ -5,7 +5,7 @@
  */
 import type { MatrixCell, MatrixResult } from './detection.js';
 import type { ComponentRun } from './components.js';
-import type { CostResult } from './cost.js';
+import { DETECTION_GOAL, type CostResult, type PlanterPoint } from './cost.js';
 import type { FalsePositiveResult } from './false-positives.js';
 import type { LoadResult, LoadSweep } from './load.js';
 import type { BenchOptions } from './options.js';
@@ -468,14 +468,20 @@ ${table(['scenario', ...presets.map((c) => c.cell.id)], rows)}`);
     pci(p.marker),
     p.markerFirst === null ? 'never' : `cycle ${p.markerFirst}`,
     pci(p.rejection),
+    p.either === undefined ? '–' : pci(p.either),
     `${int(p.sentPerCycle)} / ${int(p.billedPerCycle)}`,
   ]);
-  const smallest =
-    c.smallest === null
-      ? `No size measured kept the marker signal at or above 0.99 per cycle on \`${c.cell}\`.`
-      : `Smallest planted tokens per cycle keeping marker detection >= 0.99 (at that size and every larger one measured): ` +
-        `**${int(c.smallest.plantTokens)} tokens** (${c.smallest.fraction < 1 ? `1/${Math.round(1 / c.smallest.fraction)}` : c.smallest.fraction}× the advertised pool of ${int(c.poolTokens ?? 0)}), ` +
-        `${int(c.smallest.sentPerCycle)} tokens sent per cycle. At full scale (pool ${int((c.poolTokens ?? 0) * c.scale)}): about **${int(c.smallestFullScaleTokens ?? 0)} planted tokens per cycle**.`;
+  const fractionText = (f: number): string => (f < 1 ? `1/${Math.round(1 / f)}` : String(f));
+  const smallestLine = (what: string, point: PlanterPoint | null): string =>
+    point === null
+      ? `No size measured kept ${what} at or above ${DETECTION_GOAL} per cycle on \`${c.cell}\` (at that size and every larger one).`
+      : `Smallest planted tokens per cycle keeping ${what} at or above ${DETECTION_GOAL} (at that size and every larger one measured): ` +
+        `**${int(point.plantTokens)} tokens** (${fractionText(point.fraction)}× the advertised pool of ${int(c.poolTokens ?? 0)}), ` +
+        `${int(point.sentPerCycle)} tokens sent per cycle; at full scale (pool ${int((c.poolTokens ?? 0) * c.scale)}) about **${int(point.plantTokens * c.scale)} planted tokens per cycle**.`;
+  const smallest = [
+    `- ${smallestLine('detection by either signal (what pages: both kinds are critical)', c.smallestEither ?? null)}`,
+    `- ${smallestLine('the marker signal alone (proof of exposure)', c.smallest)}`,
+  ].join('\n');
   parts.push(`### Smallest planter size (\`${c.cell}\`, overlimit-handoff)
 
 Reproduce: ${cmd(run.command)} (${int(run.seconds)} s). Scale 1/${c.scale}: context ${int(c.contextTokens ?? 0)}, advertised pool ${int(c.poolTokens ?? 0)} tokens.
@@ -487,7 +493,7 @@ hold our markers. As in \`serve\`, stale pages and the prober's marker registry 
 on an otherwise idle engine markers planted in earlier cycles keep counting: *marker first* is the cycle where
 a fresh engine first gave one away, and section 2 shows how other traffic erodes the carried-over markers.
 
-${table(['planted tokens per cycle', 'marker p (95% CI)', 'marker first', 'rejection p (95% CI)', 'tokens sent / billed per cycle'], searchRows)}
+${table(['planted tokens per cycle', 'marker p (95% CI)', 'marker first', 'rejection p (95% CI)', 'either p (95% CI)', 'tokens sent / billed per cycle'], searchRows)}
 
 ${smallest}`);
   const projRows = c.projection.map((p) => [
@@ -637,7 +643,9 @@ function closingSection(r: BenchReport): string {
   if (cost?.available === true && cost.projection.length > 0) {
     const total = cost.projection.reduce((a, p) => a + p.projectedSent, 0);
     lines.push(`- Projected to a 1,048,576-token endpoint: about ${int(total)} prompt tokens per cycle of every scenario; ${cost.projection.map((p) => `${p.scenario} ${int(p.projectedSent)}`).join(', ')}.`);
-    if (cost.smallest !== null) lines.push(`- Smallest planting keeping incident marker detection >= 0.99: ${int(cost.smallest.plantTokens)} tokens per cycle at 1/${cost.scale} (about ${int(cost.smallestFullScaleTokens ?? 0)} at full scale).`);
+    const planting = (what: string, p: PlanterPoint | null | undefined): string =>
+      p == null ? `${what}: no size measured` : `${what}: ${int(p.plantTokens)} tokens per cycle at 1/${cost.scale} (about ${int(p.plantTokens * cost.scale)} at full scale)`;
+    lines.push(`- Smallest planting keeping \`${cost.cell}\` detection >= ${DETECTION_GOAL} per cycle: ${planting('either signal', cost.smallestEither)}; ${planting('marker signal alone', cost.smallest)}.`);
   }
   const o = r.sections.overhead?.result;
   if (o?.serve !== undefined) {

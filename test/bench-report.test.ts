@@ -195,6 +195,7 @@ describe('cost arithmetic', () => {
     marker: proportion(detected, trials),
     markerFirst: 1,
     rejection: proportion(trials, trials),
+    either: proportion(trials, trials),
     sentPerCycle: 0,
     billedPerCycle: 0,
   });
@@ -204,6 +205,8 @@ describe('cost arithmetic', () => {
     // A dip above a passing size breaks the run: the answer must hold for everything larger.
     expect(smallestSufficient([point(0.25, 100), point(0.5, 97), point(1, 100)])?.fraction).toBe(1);
     expect(smallestSufficient([point(0.5, 50), point(1, 90)])).toBeNull();
+    // Detection by either signal is judged on its own proportion: the rejection signal carries it here.
+    expect(smallestSufficient([point(0.5, 50), point(1, 90)], 0.99, (p) => p.either)?.fraction).toBe(0.5);
   });
 
   it('projects a + b/scale to scale 1', () => {
