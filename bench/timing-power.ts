@@ -16,6 +16,7 @@ import type { TargetConfig } from '../prober/src/config.js';
 import { createMarkerRegistry } from '../prober/src/marker-registry.js';
 import { runProbe } from '../prober/src/probe.js';
 import { createScanner } from '../prober/src/scanner.js';
+import { median } from '../prober/src/stats.js';
 import type { ProbeTuning } from '../prober/src/scenarios/context.js';
 import { PREFIX_ISOLATION } from '../prober/src/scenarios/prefix-isolation.js';
 
@@ -52,13 +53,6 @@ function parseSideChannel(notes: readonly string[]): { effect: number; p: number
   if (effect === null || p === null) return undefined;
   return { effect: Number(effect[1]) / 100, p: Number(p[1]) };
 }
-
-const median = (xs: readonly number[]): number => {
-  if (xs.length === 0) return Number.NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 async function measure(engine: (typeof ENGINES)[number], setting: Setting, cycles: number): Promise<Row> {
   const e = await startEngine({ preset: 'single', scale: 128, faults: ['prefix-cache-ignores-salt'], defenses: engine.defenses, port: 0, log: () => {} });
