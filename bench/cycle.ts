@@ -6,12 +6,12 @@
  * A ProbeSeries keeps one marker registry for all its cycles, as `serve` does (it reloads earlier runs'
  * markers from its store): markers planted in an earlier cycle that surface later still count.
  */
-import type { TargetConfig } from '../prober/src/config.js';
-import { createMarkerRegistry, type MarkerRegistry } from '../prober/src/marker-registry.js';
-import { runProbe } from '../prober/src/probe.js';
-import type { Outcome } from '../prober/src/result.js';
-import { createScanner } from '../prober/src/scanner.js';
-import type { ProbeTuning } from '../prober/src/scenarios/context.js';
+import type { TargetConfig } from '../prober/src/service/config.js';
+import { createMarkerRegistry, type MarkerRegistry } from '../prober/src/probe/marker-registry.js';
+import { runProbe } from '../prober/src/probe/probe.js';
+import type { Outcome } from '../prober/src/probe/result.js';
+import { createScanner } from '../prober/src/probe/scanner.js';
+import type { ProbeTuning } from '../prober/src/probe/scenarios/context.js';
 import { ExposureWatch, joinTruth, WriterAttribution, type ExposureSource, type JudgedResponse, type TruthJoin } from './ground-truth.js';
 import { recordingScanner } from './recording-scanner.js';
 import type { Tap } from './tap.js';

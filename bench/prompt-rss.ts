@@ -15,10 +15,10 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { calibrate, overlimitPrompt, repetitionsFor, sourceText, tokensFor } from '../prober/src/prompts.js';
-import { limitProbes } from '../prober/src/scenarios/overlimit-handoff.js';
-import { createTargetClient } from '../prober/src/target/client.js';
-import { introspect } from '../prober/src/target/introspect.js';
+import { calibrate, overlimitPrompt, repetitionsFor, sourceText, tokensFor } from '../prober/src/probe/prompts.js';
+import { limitProbes } from '../prober/src/probe/scenarios/overlimit-handoff.js';
+import { createTargetClient } from '../prober/src/probe/target/client.js';
+import { introspect } from '../prober/src/probe/target/introspect.js';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;

@@ -3,7 +3,7 @@
  * it was given, per prober request id. The benchmark needs that copy to find which of the engine's
  * requests (seen by the tap) each prober request was; the prober's judgement is untouched.
  */
-import type { ReaderIdentity, Scanner } from '../prober/src/scanner.js';
+import type { ReaderIdentity, Scanner } from '../prober/src/probe/scanner.js';
 
 export interface ScannedResponse {
   requestId: string;

@@ -9,7 +9,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { join, relative } from 'node:path';
-import { SCENARIO_NAMES } from '../prober/src/scenarios/index.js';
+import { SCENARIO_NAMES } from '../prober/src/probe/scenarios/index.js';
 import { ALL_CELLS, LOAD_CELLS, LOAD_LEVELS, LOAD_LEVELS_QUICK, matrixCells as defaultCells, NEGATIVE_CELLS, type EngineCell } from './cells.js';
 import { createChildTracker, REPO_ROOT } from './child.js';
 import { runComponent } from './components.js';

@@ -3,7 +3,7 @@
  * scenario, each followed by a drain. Shared by the detection matrix, the load sweep and the planter-size
  * search, which differ only in what they vary around it.
  */
-import type { ProbeTuning } from '../prober/src/scenarios/context.js';
+import type { ProbeTuning } from '../prober/src/probe/scenarios/context.js';
 import type { EngineCell, FreeListPolicy } from './cells.js';
 import { createProbeSeries, type CycleRecord, type FindingSample } from './cycle.js';
 import { startCellEngine, type CellEngine } from './engine-cell.js';

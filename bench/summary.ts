@@ -11,7 +11,7 @@
  * - recall: of the responses that really read planted pages (engine ground truth), the fraction the
  *   prober flagged with this signal.
  */
-import type { Outcome } from '../prober/src/result.js';
+import type { Outcome } from '../prober/src/probe/result.js';
 import type { CycleRecord } from './cycle.js';
 import { proportion, type Proportion } from './proportion.js';
 import { MARKER_SIGNAL, REJECTION_SIGNAL } from './ground-truth.js';

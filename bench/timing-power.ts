@@ -12,13 +12,13 @@
  */
 import { parseArgs } from 'node:util';
 import { startEngine } from '../engine-under-test/src/start.js';
-import type { TargetConfig } from '../prober/src/config.js';
-import { createMarkerRegistry } from '../prober/src/marker-registry.js';
-import { runProbe } from '../prober/src/probe.js';
-import { createScanner } from '../prober/src/scanner.js';
-import { median } from '../prober/src/stats.js';
-import type { ProbeTuning } from '../prober/src/scenarios/context.js';
-import { PREFIX_ISOLATION } from '../prober/src/scenarios/prefix-isolation.js';
+import type { TargetConfig } from '../prober/src/service/config.js';
+import { createMarkerRegistry } from '../prober/src/probe/marker-registry.js';
+import { runProbe } from '../prober/src/probe/probe.js';
+import { createScanner } from '../prober/src/probe/scanner.js';
+import { median } from '../prober/src/probe/stats.js';
+import type { ProbeTuning } from '../prober/src/probe/scenarios/context.js';
+import { PREFIX_ISOLATION } from '../prober/src/probe/scenarios/prefix-isolation.js';
 
 interface Setting {
   name: string;

@@ -12,9 +12,9 @@
 import { writeFileSync } from 'node:fs';
 import { runInNewContext } from 'node:vm';
 import { setFlagsFromString } from 'node:v8';
-import { BASE32_ALPHABET } from '../src/markers.js';
-import { createMarkerRegistry, type MarkerRegistry } from '../src/marker-registry.js';
-import { createScanner, type MarkerMatch, type ScanStats } from '../src/scanner.js';
+import { BASE32_ALPHABET } from '../src/probe/markers.js';
+import { createMarkerRegistry, type MarkerRegistry } from '../src/probe/marker-registry.js';
+import { createScanner, type MarkerMatch, type ScanStats } from '../src/probe/scanner.js';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;

@@ -1,7 +1,7 @@
 /** `kvcanary check-config FILE`: validate a serve config without running anything. Exit 0 valid, 64 not. */
 import { EXIT } from '../cli.js';
-import { ConfigError, formatDuration, loadConfig } from '../config.js';
-import { SCENARIO_NAMES } from '../scenarios/index.js';
+import { ConfigError, formatDuration, loadConfig } from '../service/config.js';
+import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 
 const USAGE = 'usage: kvcanary check-config FILE';
 

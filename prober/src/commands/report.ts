@@ -5,9 +5,9 @@
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../cli.js';
-import { ConfigError, DEFAULTS, loadConfig, parseDuration } from '../config.js';
-import { SCENARIO_NAMES } from '../scenarios/index.js';
-import { openStore } from '../store.js';
+import { ConfigError, DEFAULTS, loadConfig, parseDuration } from '../service/config.js';
+import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
+import { openStore } from '../service/store.js';
 import { UsageError } from './usage.js';
 
 const USAGE = `usage: kvcanary report [--store FILE | --config FILE] [--since DURATION] [--target NAME] [--json]

@@ -5,14 +5,14 @@
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../cli.js';
-import { parseDuration, type TargetConfig, type TenantConfig } from '../config.js';
-import { FINDING_KINDS } from '../findings.js';
-import { createMarkerRegistry } from '../marker-registry.js';
-import { runProbe } from '../probe.js';
-import type { ProbeRun } from '../result.js';
-import { createScanner } from '../scanner.js';
-import { SCENARIO_NAMES } from '../scenarios/index.js';
-import { parseBaseUrl } from '../target/base-url.js';
+import { parseDuration, type TargetConfig, type TenantConfig } from '../service/config.js';
+import { FINDING_KINDS } from '../probe/findings.js';
+import { createMarkerRegistry } from '../probe/marker-registry.js';
+import { runProbe } from '../probe/probe.js';
+import type { ProbeRun } from '../probe/result.js';
+import { createScanner } from '../probe/scanner.js';
+import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
+import { parseBaseUrl } from '../probe/target/base-url.js';
 import { UsageError, positiveIntFlag } from './usage.js';
 
 export const RUN_USAGE = `usage: kvcanary run --target URL [options]

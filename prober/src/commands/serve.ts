@@ -9,14 +9,14 @@
  */
 import { parseArgs } from 'node:util';
 import { EXIT } from '../cli.js';
-import { ConfigError, loadConfig, parseConfig, type ServiceConfig } from '../config.js';
-import { createLogger } from '../logger.js';
-import { createMarkerRegistry } from '../marker-registry.js';
-import { createProbe } from '../probe.js';
-import type { ProbeRun } from '../result.js';
-import { createScanner } from '../scanner.js';
-import { SCENARIO_NAMES } from '../scenarios/index.js';
-import { createService, type ProbeDeps } from '../service.js';
+import { ConfigError, loadConfig, parseConfig, type ServiceConfig } from '../service/config.js';
+import { createLogger } from '../service/logger.js';
+import { createMarkerRegistry } from '../probe/marker-registry.js';
+import { createProbe } from '../probe/probe.js';
+import type { ProbeRun } from '../probe/result.js';
+import { createScanner } from '../probe/scanner.js';
+import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
+import { createService, type ProbeDeps } from '../service/service.js';
 import { UsageError } from './usage.js';
 
 const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT]

@@ -1,0 +1,622 @@
+/**
+ * The `kvcanary serve` config file: YAML in, a validated and typed ServiceConfig out.
+ *
+ * Validation happens once, here, at the boundary; everything downstream trusts the types. Every problem is
+ * collected (not just the first) and names the field path, what was expected and what was found. Values
+ * that may be secrets (api_key_env, header values, URLs with credentials) are never echoed back.
+ *
+ * Reference (every key optional unless marked required; defaults shown):
+ *
+ *   listen: 127.0.0.1:9464          # HOST:PORT of /metrics, /healthz, the status page and /api; port 0 picks one
+ *   store:
+ *     path: ./kvcanary.sqlite       # evidence database, relative to the config file; created with mode 0600
+ *     retention: 7d                 # requests and markers older than this are pruned; runs and findings are kept
+ *   log:
+ *     level: info                   # fatal | error | warn | info | debug | trace | silent
+ *   schedule:                       # default for every target
+ *     interval: 5m                  # time between the starts of two probe cycles of one target
+ *     timeout: 2m                   # a cycle still running after this is aborted and recorded inconclusive; < interval
+ *     jitter: 30s                   # random extra delay in [0, jitter) before each cycle (and the first); < interval
+ *   budget:
+ *     tokens_per_hour: 2000000      # per target, over a sliding hour; a cycle that cannot fit is skipped and counted
+ *   concurrency:
+ *     global: 4                     # scenario runs in flight across all targets
+ *     per_target: 2                 # scenario runs of one cycle in flight at once against one target
+ *   scenarios: [...]                # default scenario list for every target (default: all known scenarios)
+ *   targets:                        # required, at least one
+ *     - name: prod-glm              # required; [a-zA-Z0-9_.-]{1,64}, unique; the `target` label value
+ *       base_url: https://host:8000 # required; http(s) server root, with or without /v1; no user:password@
+ *       model: glm-5.3              # default: discovered from /v1/models
+ *       api_key_env: PROD_KEY       # NAME of an environment variable holding the key (must be set), never the key
+ *       headers: { X-Org: abc }     # extra request headers; values of auth-looking headers are treated as secrets;
+ *                                   # Authorization is refused here (use api_key_env)
+ *       tenants:                    # optional identities for tenant-isolation scenarios
+ *         a: { api_key_env: KEY_A }
+ *         b: { api_key_env: KEY_B, cache_salt: s2 }
+ *       schedule: { interval: 10m } # per-target overrides, merged key by key over the defaults above
+ *       budget: { tokens_per_hour: 500000 }
+ *       scenarios: [capacity-audit]
+ *       probe: { planter_tokens: 8192 } # per-target probe tuning, merged key by key over the top-level `probe`
+ *   probe:                          # probe tuning (every key optional; defaults suit the endpoint's advertised sizes)
+ *     planter_tokens: 4096          # prompt tokens per planter
+ *     plant_tokens: 1048576         # planted tokens per overlimit-handoff cycle / churned per prefix-churn round
+ *     abort_rounds: 4               # abort-race rounds per cycle
+ *     abort_ballast: true           # abort-race fills the exposed pool with ballast so freed pages are reused at once
+ *     reader_max_tokens: 48         # generated tokens asked of readers and planters
+ *     sweep: [0.5, 0.75, 0.95]      # prompt sizes (fractions of the context limit) when the pool is hidden
+ *     chat: false                   # use /v1/chat/completions instead of /v1/completions
+ *     prefix_tokens: 512            # prefix-isolation, prefix-collision, prefix-churn: tokens per shared prefix
+ *     timing_pairs: 12              # prefix-isolation timing pairs per cycle (24 when cached tokens are not reported)
+ *     timing_alpha: 0.001           # prefix-isolation: false-alarm rate of the timing test, per cycle
+ *     timing_min_effect: 0.2        # prefix-isolation: smallest median TTFT saving that counts
+ *     interleave_waves: [2, 4, 8]   # concurrent-interleave: requests in flight together, one wave each
+ *     churn_rounds: 2               # prefix-churn rounds per cycle
+ *
+ * Durations: a number and a unit (ms, s, m, h, d), optionally chained: 500ms, 30s, 5m, 1h30m, 7d. Schedule
+ * durations are at most 7d (interval at least 1s); retention at least 1m.
+ */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parseDocument } from 'yaml';
+import type { ProbeTuning } from '../probe/scenarios/context.js';
+
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+export interface ScheduleConfig {
+  intervalMs: number;
+  timeoutMs: number;
+  jitterMs: number;
+}
+
+export interface BudgetConfig {
+  tokensPerHour: number;
+}
+
+export interface TenantConfig {
+  name: string;
+  /** Name of the environment variable that holds this tenant's API key (validated to be set). */
+  apiKeyEnv?: string;
+  cacheSalt?: string;
+}
+
+export interface TargetConfig {
+  /** Low-cardinality label value, unique within the config. */
+  name: string;
+  baseUrl: string;
+  model?: string;
+  /** Name of the environment variable that holds the API key (validated to be set); never the key itself. */
+  apiKeyEnv?: string;
+  headers: Record<string, string>;
+  tenants: TenantConfig[];
+  schedule: ScheduleConfig;
+  budget: BudgetConfig;
+  scenarios: string[];
+  /** Probe tuning for this target (the top-level `probe` merged with the target's own). */
+  tuning?: ProbeTuning;
+}
+
+export interface ServiceConfig {
+  listen: { host: string; port: number };
+  store: { path: string; retentionMs: number };
+  log: { level: LogLevel };
+  schedule: ScheduleConfig;
+  budget: BudgetConfig;
+  concurrency: { global: number; perTarget: number };
+  scenarios: string[];
+  targets: TargetConfig[];
+}
+
+export interface ConfigIssue {
+  /** Field path, e.g. `targets[1].schedule.timeout` (empty for whole-file problems). */
+  path: string;
+  message: string;
+}
+
+export type ConfigErrorCode = 'KVC_CONFIG_INVALID' | 'KVC_CONFIG_SYNTAX' | 'KVC_CONFIG_UNREADABLE';
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  readonly code: ConfigErrorCode;
+  readonly issues: ConfigIssue[];
+  /** The file the config came from, when loaded from one. */
+  readonly file: string | undefined;
+
+  constructor(code: ConfigErrorCode, issues: ConfigIssue[], opts: { file?: string; cause?: unknown } = {}) {
+    const where = opts.file === undefined ? 'config' : opts.file;
+    const lines = issues.map((i) => `  ${i.path === '' ? '(file)' : i.path}: ${i.message}`);
+    super(`${where}: ${issues.length} problem${issues.length === 1 ? '' : 's'}\n${lines.join('\n')}`,
+      opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.code = code;
+    this.issues = issues;
+    this.file = opts.file;
+  }
+}
+
+export interface ParseConfigOptions {
+  /** Environment used to check that api_key_env variables are set. @default process.env */
+  env?: Record<string, string | undefined>;
+  /** Scenario names the prober knows; anything else is rejected. */
+  knownScenarios: readonly string[];
+  /** Scenarios run when the config names none. @default knownScenarios */
+  defaultScenarios?: readonly string[];
+  /** Relative store paths resolve against this. @default process.cwd() (loadConfig: the file's directory) */
+  baseDir?: string;
+}
+
+export const DEFAULTS = {
+  listen: '127.0.0.1:9464',
+  storePath: './kvcanary.sqlite',
+  retention: '7d',
+  logLevel: 'info' as LogLevel,
+  interval: '5m',
+  timeout: '2m',
+  jitter: '30s',
+  tokensPerHour: 2_000_000,
+  concurrencyGlobal: 4,
+  concurrencyPerTarget: 2,
+} as const;
+
+const NAME_RE = /^[a-zA-Z0-9_.-]{1,64}$/;
+const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const HEADER_NAME_RE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** Header names whose values are credentials: kept out of logs, metrics and the store like API keys. */
+const SECRET_HEADER_RE = /authorization|api[-_]?key|token|secret|cookie|password/i;
+/** Set by the client itself from the body or api_key_env; a config value would conflict or hold a key. */
+const RESERVED_HEADERS = new Set(['authorization', 'host', 'content-length', 'content-type', 'transfer-encoding', 'connection', 'accept-encoding']);
+
+/** Timers cannot wait longer than 2^31-1 ms (about 24.8 days): Node would fire them at once instead. */
+const MAX_DURATION_MS = 7 * 86_400_000;
+
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** "1h30m" → 5_400_000. Returns undefined for anything that is not a positive-or-zero duration. */
+export function parseDuration(text: string): number | undefined {
+  const s = text.trim();
+  if (!/^(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+$/.test(s)) return undefined;
+  let total = 0;
+  for (const m of s.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h|d)/g)) total += Number(m[1]) * UNIT_MS[m[2]!]!;
+  return Number.isFinite(total) ? Math.round(total) : undefined;
+}
+
+/** 90_000 → "1m30s". For messages and the status page. */
+export function formatDuration(ms: number): string {
+  if (ms === 0) return '0s';
+  if (ms < 1000) return `${ms}ms`;
+  let rest = Math.round(ms);
+  let out = '';
+  for (const [unit, size] of [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000], ['ms', 1]] as const) {
+    const n = Math.floor(rest / size);
+    if (n > 0) { out += `${n}${unit}`; rest -= n * size; }
+  }
+  return out;
+}
+
+export async function loadConfig(file: string, opts: ParseConfigOptions): Promise<ServiceConfig> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    const reason = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'file not found' : `cannot read: ${(err as Error).message}`;
+    throw new ConfigError('KVC_CONFIG_UNREADABLE', [{ path: '', message: reason }], { file, cause: err });
+  }
+  try {
+    return parseConfig(text, { ...opts, baseDir: opts.baseDir ?? path.dirname(path.resolve(file)) });
+  } catch (err) {
+    if (err instanceof ConfigError) throw new ConfigError(err.code, err.issues, { file });
+    throw err;
+  }
+}
+
+export function parseConfig(text: string, opts: ParseConfigOptions): ServiceConfig {
+  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    throw new ConfigError('KVC_CONFIG_SYNTAX', doc.errors.map((e) => ({
+      path: '',
+      message: `YAML ${e.code}: ${e.message.split('\n')[0] ?? ''}`,
+    })));
+  }
+  const raw: unknown = doc.toJS({ maxAliasCount: 100 });
+  const v = new Validator(opts);
+  const config = v.root(raw);
+  if (v.issues.length > 0 || config === undefined) {
+    throw new ConfigError('KVC_CONFIG_INVALID', v.issues.length > 0 ? v.issues : [{ path: '', message: 'invalid config' }]);
+  }
+  return config;
+}
+
+/**
+ * Every credential value the config refers to (API keys from the environment, auth-looking header values):
+ * the logger and the store scrub these from anything they write.
+ */
+export function configSecrets(config: ServiceConfig, env: Record<string, string | undefined> = process.env): string[] {
+  const out = new Set<string>();
+  const add = (v: string | undefined): void => { if (v !== undefined && v !== '') out.add(v); };
+  for (const t of config.targets) {
+    if (t.apiKeyEnv !== undefined) add(env[t.apiKeyEnv]);
+    for (const tenant of t.tenants) if (tenant.apiKeyEnv !== undefined) add(env[tenant.apiKeyEnv]);
+    for (const [k, v] of Object.entries(t.headers)) if (SECRET_HEADER_RE.test(k)) add(v);
+  }
+  return [...out];
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+type Obj = Record<string, unknown>;
+
+function describe(value: unknown): string {
+  if (value === null || value === undefined) return 'nothing (empty value)';
+  if (Array.isArray(value)) return `a list of ${value.length}`;
+  if (typeof value === 'object') return 'a mapping';
+  if (typeof value === 'string') {
+    const shown = value.length > 40 ? `${value.slice(0, 40)}…` : value;
+    return `${JSON.stringify(shown)} (string)`;
+  }
+  return `\`${String(value)}\` (${typeof value})`;
+}
+
+function levenshtein(a: string, b: string): number {
+  const prev = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    let diag = prev[0]!;
+    prev[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const tmp = prev[j]!;
+      prev[j] = Math.min(prev[j]! + 1, prev[j - 1]! + 1, diag + (a[i - 1] === b[j - 1] ? 0 : 1));
+      diag = tmp;
+    }
+  }
+  return prev[b.length]!;
+}
+
+function didYouMean(key: string, allowed: readonly string[]): string {
+  const norm = (s: string): string => s.toLowerCase().replace(/-/g, '_');
+  let best: string | undefined;
+  let bestD = Infinity;
+  for (const a of allowed) {
+    const d = levenshtein(norm(key), norm(a));
+    if (d < bestD) { bestD = d; best = a; }
+  }
+  return best !== undefined && bestD <= Math.max(2, Math.floor(key.length / 3)) ? ` (did you mean \`${best}\`?)` : '';
+}
+
+const join = (base: string, key: string | number): string =>
+  typeof key === 'number' ? `${base}[${key}]` : base === '' ? key : `${base}.${key}`;
+
+interface TargetDefaults {
+  schedule?: ScheduleConfig;
+  budget?: BudgetConfig;
+  scenarios?: string[];
+  tuning?: ProbeTuning;
+}
+
+type TuningKind = { int: number } | 'bool' | 'fraction' | 'fractions' | 'ints';
+
+/** The `probe:` keys, the ProbeTuning field each sets, and what it takes. */
+const TUNING_KEYS: Readonly<Record<string, { field: keyof ProbeTuning; kind: TuningKind }>> = {
+  planter_tokens: { field: 'planterTokens', kind: { int: 1 } },
+  plant_tokens: { field: 'plantTokens', kind: { int: 1 } },
+  abort_rounds: { field: 'abortRounds', kind: { int: 1 } },
+  abort_ballast: { field: 'abortBallast', kind: 'bool' },
+  reader_max_tokens: { field: 'readerMaxTokens', kind: { int: 1 } },
+  sweep: { field: 'sweep', kind: 'fractions' },
+  chat: { field: 'chat', kind: 'bool' },
+  prefix_tokens: { field: 'prefixTokens', kind: { int: 16 } },
+  timing_pairs: { field: 'timingPairs', kind: { int: 1 } },
+  timing_alpha: { field: 'timingAlpha', kind: 'fraction' },
+  timing_min_effect: { field: 'timingMinEffect', kind: 'fraction' },
+  interleave_waves: { field: 'interleaveWaves', kind: 'ints' },
+  churn_rounds: { field: 'churnRounds', kind: { int: 1 } },
+};
+
+class Validator {
+  readonly issues: ConfigIssue[] = [];
+  private readonly env: Record<string, string | undefined>;
+  private readonly known: ReadonlySet<string>;
+
+  constructor(private readonly opts: ParseConfigOptions) {
+    this.env = opts.env ?? process.env;
+    this.known = new Set(opts.knownScenarios);
+  }
+
+  private fail(p: string, message: string): undefined {
+    this.issues.push({ path: p, message });
+    return undefined;
+  }
+
+  private object(value: unknown, p: string, allowed: readonly string[]): Obj | undefined {
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+      return this.fail(p, `expected a mapping with keys ${allowed.join(', ')}, got ${describe(value)}`);
+    }
+    const obj = value as Obj;
+    for (const key of Object.keys(obj)) {
+      if (!allowed.includes(key)) this.fail(join(p, key), `unknown key${didYouMean(key, allowed)}; allowed here: ${allowed.join(', ')}`);
+    }
+    return obj;
+  }
+
+  private string(value: unknown, p: string, what = 'a string'): string | undefined {
+    if (typeof value !== 'string' || value === '') return this.fail(p, `expected ${what}, got ${describe(value)}`);
+    return value;
+  }
+
+  private int(value: unknown, p: string, min: number): number | undefined {
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
+      return this.fail(p, `expected an integer >= ${min}, got ${describe(value)}`);
+    }
+    return value;
+  }
+
+  private duration(value: unknown, p: string, min: number, max = MAX_DURATION_MS): number | undefined {
+    const ms = typeof value === 'string' ? parseDuration(value) : undefined;
+    if (ms === undefined) return this.fail(p, `expected a duration like 500ms, 30s, 5m, 1h or 7d, got ${describe(value)}`);
+    if (ms < min) return this.fail(p, `expected a duration of at least ${formatDuration(min)}, got ${describe(value)}`);
+    if (ms > max) return this.fail(p, `expected a duration of at most ${formatDuration(max)}, got ${describe(value)}`);
+    return ms;
+  }
+
+  private envName(value: unknown, p: string): string | undefined {
+    // Never echo the value: a user who pastes the key itself here must not see it printed back into a log.
+    if (typeof value !== 'string' || !ENV_NAME_RE.test(value)) {
+      return this.fail(p, `expected the NAME of an environment variable (letters, digits, _), got ${typeof value === 'string' ? 'a value that is not a variable name (not shown: it may be a key)' : describe(value)}`);
+    }
+    const set = this.env[value];
+    if (set === undefined || set === '') return this.fail(p, `environment variable ${value} is not set`);
+    return value;
+  }
+
+  private scenarios(value: unknown, p: string): string[] | undefined {
+    if (!Array.isArray(value) || value.length === 0) return this.fail(p, `expected a non-empty list of scenario names, got ${describe(value)}`);
+    const out: string[] = [];
+    const seen = new Set<string>();
+    value.forEach((s, i) => {
+      const ip = join(p, i);
+      if (typeof s !== 'string') { this.fail(ip, `expected a scenario name, got ${describe(s)}`); return; }
+      if (!this.known.has(s)) {
+        this.fail(ip, `unknown scenario ${JSON.stringify(s)}${didYouMean(s, [...this.known])}; known: ${[...this.known].join(', ')}`);
+        return;
+      }
+      if (seen.has(s)) { this.fail(ip, `scenario ${JSON.stringify(s)} listed twice`); return; }
+      seen.add(s);
+      out.push(s);
+    });
+    return out;
+  }
+
+  private listen(value: unknown, p: string): { host: string; port: number } | undefined {
+    const s = this.string(value, p, 'HOST:PORT such as 127.0.0.1:9464');
+    if (s === undefined) return undefined;
+    const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s[\]]+)):(\d{1,5})$/.exec(s);
+    const port = m === null ? NaN : Number(m[3]);
+    if (m === null || port > 65535) return this.fail(p, `expected HOST:PORT such as 127.0.0.1:9464 or [::1]:0 (port 0-65535), got ${describe(value)}`);
+    return { host: m[1] ?? m[2]!, port };
+  }
+
+  private schedule(value: unknown, p: string, base: ScheduleConfig | undefined): ScheduleConfig | undefined {
+    const o = this.object(value, p, ['interval', 'timeout', 'jitter']);
+    if (o === undefined) return undefined;
+    const field = (k: 'interval' | 'timeout' | 'jitter', min: number, dflt: string): number | undefined => {
+      if (o[k] === undefined) {
+        const inherited = base?.[`${k}Ms`];
+        return inherited ?? parseDuration(dflt);
+      }
+      return this.duration(o[k], join(p, k), min);
+    };
+    const intervalMs = field('interval', 1000, DEFAULTS.interval);
+    const timeoutMs = field('timeout', 1, DEFAULTS.timeout);
+    const jitterMs = field('jitter', 0, DEFAULTS.jitter);
+    if (intervalMs === undefined || timeoutMs === undefined || jitterMs === undefined) return undefined;
+    const shown = (k: 'timeout' | 'jitter' | 'interval', ms: number): string =>
+      `${formatDuration(ms)}${o[k] === undefined ? ` (${base === undefined ? 'default' : 'inherited'})` : ''}`;
+    const before = this.issues.length;
+    if (timeoutMs >= intervalMs) {
+      this.fail(join(p, 'timeout'), `expected a timeout below the interval (${shown('interval', intervalMs)}), got ${shown('timeout', timeoutMs)}`);
+    }
+    if (jitterMs >= intervalMs) {
+      this.fail(join(p, 'jitter'), `expected a jitter below the interval (${shown('interval', intervalMs)}), got ${shown('jitter', jitterMs)}`);
+    }
+    return this.issues.length === before ? { intervalMs, timeoutMs, jitterMs } : undefined;
+  }
+
+  private budget(value: unknown, p: string): BudgetConfig | undefined {
+    const o = this.object(value, p, ['tokens_per_hour']);
+    if (o === undefined) return undefined;
+    if (o.tokens_per_hour === undefined) return this.fail(join(p, 'tokens_per_hour'), 'required');
+    const n = this.int(o.tokens_per_hour, join(p, 'tokens_per_hour'), 1);
+    return n === undefined ? undefined : { tokensPerHour: n };
+  }
+
+  /** A `probe:` block: its keys over `base` (the top-level block, for a target). */
+  private tuning(value: unknown, p: string, base: ProbeTuning | undefined): ProbeTuning | undefined {
+    const o = this.object(value, p, Object.keys(TUNING_KEYS));
+    if (o === undefined) return undefined;
+    const out: Record<string, unknown> = { ...base };
+    const before = this.issues.length;
+    for (const [key, raw] of Object.entries(o)) {
+      const spec = TUNING_KEYS[key];
+      if (spec === undefined) continue; // reported by object()
+      const kp = join(p, key);
+      const kind = spec.kind;
+      const fraction = (x: unknown): x is number => typeof x === 'number' && x > 0 && x < 1;
+      if (typeof kind === 'object') {
+        const n = this.int(raw, kp, kind.int);
+        if (n !== undefined) out[spec.field] = n;
+      } else if (kind === 'bool') {
+        if (typeof raw === 'boolean') out[spec.field] = raw;
+        else this.fail(kp, `expected true or false, got ${describe(raw)}`);
+      } else if (kind === 'fraction') {
+        if (fraction(raw)) out[spec.field] = raw;
+        else this.fail(kp, `expected a number strictly between 0 and 1, got ${describe(raw)}`);
+      } else if (kind === 'fractions') {
+        if (Array.isArray(raw) && raw.length > 0 && raw.every((x) => fraction(x) || x === 1)) out[spec.field] = [...(raw as number[])];
+        else this.fail(kp, `expected a non-empty list of fractions of the context limit in (0, 1], got ${describe(raw)}`);
+      } else if (Array.isArray(raw) && raw.length > 0 && raw.every((x) => Number.isSafeInteger(x) && (x as number) >= 1)) {
+        out[spec.field] = [...(raw as number[])];
+      } else {
+        this.fail(kp, `expected a non-empty list of integers >= 1, got ${describe(raw)}`);
+      }
+    }
+    return this.issues.length === before ? (out as ProbeTuning) : undefined;
+  }
+
+  private headers(value: unknown, p: string): Record<string, string> | undefined {
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+      return this.fail(p, `expected a mapping of header name to value, got ${describe(value)}`);
+    }
+    const out: Record<string, string> = {};
+    const seen = new Set<string>();
+    for (const [k, v] of Object.entries(value as Obj)) {
+      const hp = join(p, k);
+      const lower = k.toLowerCase();
+      if (!HEADER_NAME_RE.test(k)) { this.fail(hp, 'expected a valid HTTP header name'); continue; }
+      if (RESERVED_HEADERS.has(lower)) {
+        this.fail(hp, lower === 'authorization'
+          ? 'Authorization is set from api_key_env: put the key in an environment variable and name it there'
+          : `${k} is set by the prober itself`);
+        continue;
+      }
+      if (seen.has(lower)) { this.fail(hp, 'header given twice (names are case-insensitive)'); continue; }
+      seen.add(lower);
+      // Header values may be credentials: report the type, never the value.
+      if (typeof v !== 'string' && typeof v !== 'number') { this.fail(hp, `expected a string value, got ${Array.isArray(v) ? 'a list' : v === null ? 'nothing' : typeof v}`); continue; }
+      const s = String(v);
+      if (/[\r\n\0]/.test(s)) { this.fail(hp, 'header value must not contain line breaks or NUL'); continue; }
+      out[k] = s;
+    }
+    return out;
+  }
+
+  private tenants(value: unknown, p: string): TenantConfig[] | undefined {
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+      return this.fail(p, `expected a mapping of tenant name to { api_key_env, cache_salt }, got ${describe(value)}`);
+    }
+    const out: TenantConfig[] = [];
+    for (const [name, spec] of Object.entries(value as Obj)) {
+      const tp = join(p, name);
+      if (!NAME_RE.test(name)) { this.fail(tp, 'tenant names must match [a-zA-Z0-9_.-]{1,64}'); continue; }
+      const o = spec === null ? {} : this.object(spec, tp, ['api_key_env', 'cache_salt']);
+      if (o === undefined) continue;
+      const tenant: TenantConfig = { name };
+      if (o.api_key_env !== undefined) {
+        const e = this.envName(o.api_key_env, join(tp, 'api_key_env'));
+        if (e !== undefined) tenant.apiKeyEnv = e;
+      }
+      if (o.cache_salt !== undefined) {
+        const s = this.string(o.cache_salt, join(tp, 'cache_salt'));
+        if (s !== undefined) tenant.cacheSalt = s;
+      }
+      out.push(tenant);
+    }
+    return out;
+  }
+
+  private baseUrl(value: unknown, p: string): string | undefined {
+    if (typeof value !== 'string' || value === '') return this.fail(p, `expected an http(s) URL, got ${describe(value)}`);
+    let url: URL;
+    try {
+      url = new URL(value);
+    } catch {
+      return this.fail(p, `expected an http(s) URL such as https://host:8000, got ${describe(value)}`);
+    }
+    if (url.username !== '' || url.password !== '') {
+      return this.fail(p, 'URL must not carry credentials (user:password@): put the key in an environment variable and name it in api_key_env');
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') return this.fail(p, `expected an http or https URL, got scheme ${url.protocol}`);
+    if (url.search !== '' || url.hash !== '') return this.fail(p, 'expected a server root without ?query or #fragment');
+    return value;
+  }
+
+  private target(value: unknown, p: string, defaults: TargetDefaults): TargetConfig | undefined {
+    const o = this.object(value, p, ['name', 'base_url', 'model', 'api_key_env', 'headers', 'tenants', 'schedule', 'budget', 'scenarios', 'probe']);
+    if (o === undefined) return undefined;
+    let name: string | undefined;
+    if (o.name === undefined) this.fail(join(p, 'name'), 'required');
+    else if (typeof o.name !== 'string' || !NAME_RE.test(o.name)) this.fail(join(p, 'name'), `expected a name matching [a-zA-Z0-9_.-]{1,64}, got ${describe(o.name)}`);
+    else name = o.name;
+    const baseUrl = o.base_url === undefined ? this.fail(join(p, 'base_url'), 'required') : this.baseUrl(o.base_url, join(p, 'base_url'));
+    const model = o.model === undefined ? undefined : this.string(o.model, join(p, 'model'), 'a model id');
+    const apiKeyEnv = o.api_key_env === undefined ? undefined : this.envName(o.api_key_env, join(p, 'api_key_env'));
+    const headers = o.headers === undefined ? {} : this.headers(o.headers, join(p, 'headers'));
+    const tenants = o.tenants === undefined ? [] : this.tenants(o.tenants, join(p, 'tenants'));
+    const schedule = o.schedule === undefined ? defaults.schedule : this.schedule(o.schedule, join(p, 'schedule'), defaults.schedule);
+    const budget = o.budget === undefined ? defaults.budget : this.budget(o.budget, join(p, 'budget'));
+    const scenarios = o.scenarios === undefined ? defaults.scenarios : this.scenarios(o.scenarios, join(p, 'scenarios'));
+    const tuning = o.probe === undefined ? defaults.tuning : this.tuning(o.probe, join(p, 'probe'), defaults.tuning);
+    if (name === undefined || baseUrl === undefined || headers === undefined || tenants === undefined
+      || schedule === undefined || budget === undefined || scenarios === undefined || (o.probe !== undefined && tuning === undefined)) return undefined;
+    const t: TargetConfig = { name, baseUrl, headers, tenants, schedule, budget, scenarios };
+    if (tuning !== undefined && Object.keys(tuning).length > 0) t.tuning = tuning;
+    if (model !== undefined) t.model = model;
+    if (apiKeyEnv !== undefined) t.apiKeyEnv = apiKeyEnv;
+    return t;
+  }
+
+  root(raw: unknown): ServiceConfig | undefined {
+    if (raw === null || raw === undefined) return this.fail('', 'the config is empty: expected a mapping with at least `targets`');
+    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets']);
+    if (o === undefined) return undefined;
+
+    const listen = this.listen(o.listen ?? DEFAULTS.listen, 'listen');
+
+    let store: ServiceConfig['store'] | undefined;
+    const so = o.store === undefined ? {} : this.object(o.store, 'store', ['path', 'retention']);
+    if (so !== undefined) {
+      const p = so.path === undefined ? DEFAULTS.storePath : this.string(so.path, 'store.path', 'a file path');
+      const retentionMs = this.duration(so.retention ?? DEFAULTS.retention, 'store.retention', 60_000, 3650 * 86_400_000);
+      if (p !== undefined && retentionMs !== undefined) {
+        store = { path: p === ':memory:' ? p : path.resolve(this.opts.baseDir ?? process.cwd(), p), retentionMs };
+      }
+    }
+
+    let log: ServiceConfig['log'] | undefined;
+    const lo = o.log === undefined ? {} : this.object(o.log, 'log', ['level']);
+    if (lo !== undefined) {
+      const level = lo.level ?? DEFAULTS.logLevel;
+      if (typeof level === 'string' && (LOG_LEVELS as readonly string[]).includes(level)) log = { level: level as LogLevel };
+      else this.fail('log.level', `expected one of ${LOG_LEVELS.join(', ')}, got ${describe(level)}`);
+    }
+
+    const schedule = this.schedule(o.schedule ?? {}, 'schedule', undefined);
+    const budget = o.budget === undefined ? { tokensPerHour: DEFAULTS.tokensPerHour } : this.budget(o.budget, 'budget');
+
+    let concurrency: ServiceConfig['concurrency'] | undefined;
+    const co = o.concurrency === undefined ? {} : this.object(o.concurrency, 'concurrency', ['global', 'per_target']);
+    if (co !== undefined) {
+      const g = co.global === undefined ? DEFAULTS.concurrencyGlobal : this.int(co.global, 'concurrency.global', 1);
+      const t = co.per_target === undefined ? DEFAULTS.concurrencyPerTarget : this.int(co.per_target, 'concurrency.per_target', 1);
+      if (g !== undefined && t !== undefined) concurrency = { global: g, perTarget: t };
+    }
+
+    const scenarios = o.scenarios === undefined
+      ? [...(this.opts.defaultScenarios ?? this.opts.knownScenarios)]
+      : this.scenarios(o.scenarios, 'scenarios');
+
+    const tuning = o.probe === undefined ? undefined : this.tuning(o.probe, 'probe', undefined);
+
+    let targets: TargetConfig[] | undefined;
+    if (o.targets === undefined) this.fail('targets', 'required: a list of at least one target ({name, base_url, ...})');
+    else if (!Array.isArray(o.targets) || o.targets.length === 0) this.fail('targets', `expected a non-empty list of targets, got ${describe(o.targets)}`);
+    else {
+      // Targets are validated even when a default above is broken, so one pass reports everything.
+      const defaults: TargetDefaults = {};
+      if (tuning !== undefined) defaults.tuning = tuning;
+      if (schedule !== undefined) defaults.schedule = schedule;
+      if (budget !== undefined) defaults.budget = budget;
+      if (scenarios !== undefined) defaults.scenarios = scenarios;
+      const list = o.targets.map((t, i) => this.target(t, `targets[${i}]`, defaults));
+      const firstByName = new Map<string, number>();
+      o.targets.forEach((t, i) => {
+        const n = (t as Obj | null)?.name;
+        if (typeof n !== 'string') return;
+        const first = firstByName.get(n);
+        if (first === undefined) firstByName.set(n, i);
+        else this.fail(`targets[${i}].name`, `duplicate target name ${JSON.stringify(n)} (first used by targets[${first}])`);
+      });
+      if (list.every((t): t is TargetConfig => t !== undefined)) targets = list;
+    }
+
+    if (listen === undefined || store === undefined || log === undefined || schedule === undefined || budget === undefined
+      || concurrency === undefined || scenarios === undefined || targets === undefined || (o.probe !== undefined && tuning === undefined)) return undefined;
+    return { listen, store, log, schedule, budget, concurrency, scenarios, targets };
+  }
+}

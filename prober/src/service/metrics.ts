@@ -1,0 +1,170 @@
+/**
+ * The service's Prometheus metrics (names agreed in the project's metric list; dashboards and alert rules
+ * key on them). Everything registers on the Registry passed in, never prom-client's global one.
+ *
+ * Labels stay low in cardinality: target, scenario, outcome, kind, severity, role, transport, reason.
+ * Roles come from the probe, so they are checked against a short-name pattern and anything else is
+ * exported as "other": a request or marker id can never become a label value.
+ *
+ * Label sets of configured targets and scenarios are created at start (counters at 0, outcome state sets
+ * at 0) so dashboards show 0 rather than "no data". Gauges that state a fact (last-run time, target up,
+ * capacity) are left absent until the fact is known: a last-run time of 0 would read as "56 years ago",
+ * and "up 0" before the first probe would page someone.
+ */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { FINDING_KINDS, type Finding, type FindingKind } from '../probe/findings.js';
+import type { Outcome, ProbeRun, TransportClass } from '../probe/result.js';
+
+export const OUTCOMES: readonly Outcome[] = ['pass', 'fail', 'inconclusive'];
+export const TRANSPORTS: readonly TransportClass[] = ['ok', 'http-4xx', 'http-5xx', 'refused', 'reset', 'timeout', 'aborted', 'malformed', 'too-large'];
+export const SKIP_REASONS = ['budget', 'overlap', 'shutdown'] as const;
+export type SkipReason = typeof SKIP_REASONS[number];
+
+const ROLE_RE = /^[a-z][a-z0-9_-]{0,31}$/;
+/** A role that looks like an id (long digit or hex runs) is not a role. */
+const ID_LIKE_RE = /[0-9a-f]{8,}|\d{4,}/;
+
+export function roleLabel(role: string): string {
+  return ROLE_RE.test(role) && !ID_LIKE_RE.test(role) ? role : 'other';
+}
+
+export interface Metrics {
+  probeRuns: Counter<'target' | 'scenario' | 'outcome'>;
+  probeCycles: Counter<'target' | 'outcome'>;
+  findings: Counter<'target' | 'scenario' | 'kind' | 'severity'>;
+  probeDuration: Histogram<'target' | 'scenario'>;
+  requestDuration: Histogram<'target' | 'role'>;
+  timeToFirstToken: Histogram<'target' | 'role'>;
+  requests: Counter<'target' | 'role' | 'transport'>;
+  tokensSent: Counter<'target' | 'scenario'>;
+  tokensBilled: Counter<'target' | 'scenario'>;
+  lastRunTimestamp: Gauge<'target' | 'scenario'>;
+  lastRunOutcome: Gauge<'target' | 'scenario' | 'outcome'>;
+  inconclusiveStreak: Gauge<'target' | 'scenario'>;
+  contextLimit: Gauge<'target'>;
+  poolCapacity: Gauge<'target'>;
+  targetUp: Gauge<'target'>;
+  runsSkipped: Counter<'target' | 'reason'>;
+  budgetRemaining: Gauge<'target'>;
+  /** Consecutive inconclusive runs per target/scenario (the gauge's source of truth). */
+  streaks: Map<string, number>;
+}
+
+export function createMetrics(registry: Registry): Metrics {
+  const registers = [registry];
+  return {
+    probeRuns: new Counter({ name: 'kvcanary_probe_runs_total', help: 'Scenario runs completed, by outcome (inconclusive is never a pass).', labelNames: ['target', 'scenario', 'outcome'], registers }),
+    probeCycles: new Counter({ name: 'kvcanary_probe_cycles_total', help: 'Whole probe cycles (all scenarios of one run), by combined outcome.', labelNames: ['target', 'outcome'], registers }),
+    findings: new Counter({ name: 'kvcanary_findings_total', help: 'Findings, by kind and severity.', labelNames: ['target', 'scenario', 'kind', 'severity'], registers }),
+    probeDuration: new Histogram({ name: 'kvcanary_probe_duration_seconds', help: 'Scenario wall time.', labelNames: ['target', 'scenario'], buckets: [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600], registers }),
+    requestDuration: new Histogram({ name: 'kvcanary_request_duration_seconds', help: 'Latency of one HTTP request to the target.', labelNames: ['target', 'role'], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120], registers }),
+    timeToFirstToken: new Histogram({ name: 'kvcanary_time_to_first_token_seconds', help: 'Time to first generated token of streaming requests.', labelNames: ['target', 'role'], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60], registers }),
+    requests: new Counter({ name: 'kvcanary_requests_total', help: 'Requests to the target, by transport class (ok, http-4xx, http-5xx, refused, reset, timeout, aborted, malformed, too-large).', labelNames: ['target', 'role', 'transport'], registers }),
+    tokensSent: new Counter({ name: 'kvcanary_tokens_sent_total', help: 'Prompt tokens sent (the prober\'s estimate).', labelNames: ['target', 'scenario'], registers }),
+    tokensBilled: new Counter({ name: 'kvcanary_tokens_billed_total', help: 'Prompt plus completion tokens the endpoint reported in usage.', labelNames: ['target', 'scenario'], registers }),
+    lastRunTimestamp: new Gauge({ name: 'kvcanary_last_run_timestamp_seconds', help: 'Unix time of the last completed scenario run.', labelNames: ['target', 'scenario'], registers }),
+    lastRunOutcome: new Gauge({ name: 'kvcanary_last_run_outcome', help: 'State set: 1 for the outcome of the last scenario run, 0 for the other two.', labelNames: ['target', 'scenario', 'outcome'], registers }),
+    inconclusiveStreak: new Gauge({ name: 'kvcanary_inconclusive_streak', help: 'Consecutive inconclusive runs of a scenario (0 after a pass or fail).', labelNames: ['target', 'scenario'], registers }),
+    contextLimit: new Gauge({ name: 'kvcanary_target_context_limit_tokens', help: 'Context limit the target advertises (absent if unknown).', labelNames: ['target'], registers }),
+    poolCapacity: new Gauge({ name: 'kvcanary_target_pool_capacity_tokens', help: 'KV pool capacity of the target (absent if not exposed).', labelNames: ['target'], registers }),
+    targetUp: new Gauge({ name: 'kvcanary_target_up', help: '1 if the last probe cycle reached the endpoint, else 0.', labelNames: ['target'], registers }),
+    runsSkipped: new Counter({ name: 'kvcanary_runs_skipped_total', help: 'Scheduled runs not started, by reason (budget, overlap, shutdown).', labelNames: ['target', 'reason'], registers }),
+    budgetRemaining: new Gauge({ name: 'kvcanary_budget_tokens_remaining', help: 'Tokens left in the target\'s current hourly budget.', labelNames: ['target'], registers }),
+    streaks: new Map(),
+  };
+}
+
+const key = (target: string, scenario: string): string => `${target}\u0000${scenario}`;
+
+/** Creates the zero-valued label sets of configured targets and scenarios (idempotent: never resets a count). */
+export function initTargetMetrics(m: Metrics, target: string, scenarios: readonly string[]): void {
+  for (const outcome of OUTCOMES) m.probeCycles.inc({ target, outcome }, 0);
+  for (const reason of SKIP_REASONS) m.runsSkipped.inc({ target, reason }, 0);
+  for (const scenario of scenarios) {
+    for (const outcome of OUTCOMES) m.probeRuns.inc({ target, scenario, outcome }, 0);
+    for (const [kind, info] of Object.entries(FINDING_KINDS)) m.findings.inc({ target, scenario, kind, severity: info.severity }, 0);
+    m.tokensSent.inc({ target, scenario }, 0);
+    m.tokensBilled.inc({ target, scenario }, 0);
+    m.probeDuration.zero({ target, scenario });
+    const k = key(target, scenario);
+    if (!m.streaks.has(k)) {
+      m.streaks.set(k, 0);
+      m.inconclusiveStreak.set({ target, scenario }, 0);
+      for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target, scenario, outcome }, 0);
+    }
+  }
+}
+
+/** Restores the last-run gauges after a restart from what the store knows, so no alert fires on a restart. */
+export function seedScenarioState(m: Metrics, s: { target: string; scenario: string; outcome: Outcome; at: string; inconclusiveStreak: number }): void {
+  const at = Date.parse(s.at);
+  if (Number.isFinite(at)) m.lastRunTimestamp.set({ target: s.target, scenario: s.scenario }, at / 1000);
+  for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target: s.target, scenario: s.scenario, outcome }, outcome === s.outcome ? 1 : 0);
+  m.streaks.set(key(s.target, s.scenario), s.inconclusiveStreak);
+  m.inconclusiveStreak.set({ target: s.target, scenario: s.scenario }, s.inconclusiveStreak);
+}
+
+/** Removes every series of a target (it left the config), so it neither lingers on dashboards nor alerts as stale. */
+export async function forgetTarget(m: Metrics, target: string): Promise<void> {
+  const all = [m.probeRuns, m.probeCycles, m.findings, m.probeDuration, m.requestDuration, m.timeToFirstToken, m.requests,
+    m.tokensSent, m.tokensBilled, m.lastRunTimestamp, m.lastRunOutcome, m.inconclusiveStreak, m.contextLimit, m.poolCapacity,
+    m.targetUp, m.runsSkipped, m.budgetRemaining] as const;
+  for (const metric of all) {
+    const { values } = await metric.get();
+    const seen = new Set<string>();
+    for (const v of values) {
+      if (v.labels.target !== target) continue;
+      // Histogram values carry `le`; removal is by the metric's own label set.
+      const { le: _le, ...labels } = v.labels as Record<string, string | number>;
+      const id = JSON.stringify(labels);
+      if (seen.has(id)) continue;
+      seen.add(id);
+      (metric as unknown as { remove(labels: Record<string, string | number>): void }).remove(labels);
+    }
+  }
+  for (const k of [...m.streaks.keys()]) if (k.startsWith(`${target}\u0000`)) m.streaks.delete(k);
+}
+
+/** Counts findings (also those that arrive after their cycle was recorded). */
+export function observeFindings(m: Metrics, target: string, findings: readonly Finding[]): void {
+  for (const f of findings) {
+    const kind: FindingKind | 'unknown' = Object.hasOwn(FINDING_KINDS, f.kind) ? f.kind : 'unknown';
+    m.findings.inc({ target, scenario: f.scenario, kind, severity: f.severity });
+  }
+}
+
+/** Updates every metric from one completed probe cycle. */
+export function observeRun(m: Metrics, run: ProbeRun): void {
+  const target = run.target;
+  m.probeCycles.inc({ target, outcome: run.outcome });
+  m.targetUp.set({ target }, run.up ? 1 : 0);
+  // A cycle that reached the endpoint and learnt nothing means the fact is no longer exposed; a cycle that
+  // did not reach it says nothing, so the last known value stays.
+  const capacity: [Gauge<'target'>, number | undefined][] = [[m.contextLimit, run.capacity.contextTokens], [m.poolCapacity, run.capacity.poolTokens]];
+  for (const [gauge, value] of capacity) {
+    if (value !== undefined && Number.isFinite(value)) gauge.set({ target }, value);
+    else if (run.up) gauge.remove({ target });
+  }
+  const finishedAt = Date.parse(run.finishedAt);
+  for (const s of run.scenarios) {
+    const scenario = s.name;
+    m.probeRuns.inc({ target, scenario, outcome: s.outcome });
+    if (Number.isFinite(s.durationMs) && s.durationMs >= 0) m.probeDuration.observe({ target, scenario }, s.durationMs / 1000);
+    if (s.tokens.sent > 0) m.tokensSent.inc({ target, scenario }, s.tokens.sent);
+    if (s.tokens.billed > 0) m.tokensBilled.inc({ target, scenario }, s.tokens.billed);
+    if (Number.isFinite(finishedAt)) m.lastRunTimestamp.set({ target, scenario }, finishedAt / 1000);
+    for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target, scenario, outcome }, outcome === s.outcome ? 1 : 0);
+    const k = key(target, scenario);
+    const streak = s.outcome === 'inconclusive' ? (m.streaks.get(k) ?? 0) + 1 : 0;
+    m.streaks.set(k, streak);
+    m.inconclusiveStreak.set({ target, scenario }, streak);
+    observeFindings(m, target, s.findings);
+    for (const r of s.requests) {
+      const role = roleLabel(r.role);
+      const transport = (TRANSPORTS as readonly string[]).includes(r.transport) ? r.transport : 'malformed';
+      m.requests.inc({ target, role, transport });
+      if (r.latencyMs !== undefined && Number.isFinite(r.latencyMs) && r.latencyMs >= 0) m.requestDuration.observe({ target, role }, r.latencyMs / 1000);
+      if (r.ttftMs !== undefined && Number.isFinite(r.ttftMs) && r.ttftMs >= 0) m.timeToFirstToken.observe({ target, role }, r.ttftMs / 1000);
+    }
+  }
+}

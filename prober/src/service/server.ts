@@ -1,0 +1,286 @@
+/**
+ * The service's HTTP side: GET /metrics (Prometheus), /healthz (loop states), / (a self-contained HTML status
+ * page) and a small read-only JSON API (/api/runs, /api/findings).
+ *
+ * Everything is read-only and served from the store and registry; there are no request bodies. The status
+ * page is the one place evidence is rendered as HTML, and evidence is text from an endpoint we do not trust,
+ * so every value is HTML-escaped and the page is sent with a CSP that allows no script at all.
+ * Inconclusive is drawn amber with its own word, never green: "could not establish" is not "isolated".
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import type { Logger } from 'pino';
+import { formatDuration, parseDuration } from './config.js';
+import type { Outcome } from '../probe/result.js';
+import type { RunSummary, Store, StoredFinding, TargetLatest } from './store.js';
+
+export interface LoopState {
+  target: string;
+  state: 'idle' | 'running' | 'stopped';
+  lastRunAt?: string;
+  lastOutcome?: Outcome;
+  nextRunAt?: string;
+  /** Probe calls that ignored their abort and are still running (the target is held until they end). */
+  abandoned: number;
+}
+
+export interface HealthReport {
+  status: 'ok' | 'stopping';
+  loops: LoopState[];
+}
+
+export interface ServiceServerOptions {
+  /** @default '127.0.0.1' */
+  host?: string;
+  /** 0 picks a free port. */
+  port: number;
+  registry: Registry;
+  store: Pick<Store, 'recentRuns' | 'findings' | 'latestPerTarget'>;
+  /** Loop states for /healthz; 503 while the service stops. */
+  health?: () => HealthReport;
+  /** Configured targets, so the page lists those that have not run yet. */
+  targets?: () => readonly { name: string; baseUrl: string; scenarios: readonly string[] }[];
+  logger?: Logger;
+  /** @default () => Date.now() */
+  now?: () => number;
+}
+
+export interface ServiceServer {
+  url: string;
+  close(): Promise<void>;
+}
+
+class BadRequest extends Error {}
+
+const SECURITY_HEADERS = {
+  'x-content-type-options': 'nosniff',
+  'cache-control': 'no-store',
+} as const;
+
+export async function startServiceServer(opts: ServiceServerOptions): Promise<ServiceServer> {
+  const host = opts.host ?? '127.0.0.1';
+  const now = opts.now ?? (() => Date.now());
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      opts.logger?.error({ err, path: req.url }, 'status server request failed');
+      if (!res.headersSent) send(res, 500, 'text/plain; charset=utf-8', 'internal error\n');
+      else res.destroy();
+    });
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('allow', 'GET, HEAD');
+      send(res, 405, 'text/plain; charset=utf-8', 'method not allowed\n');
+      return;
+    }
+    try {
+      switch (url.pathname) {
+        case '/metrics': {
+          send(res, 200, opts.registry.contentType, await opts.registry.metrics(), req.method === 'HEAD');
+          return;
+        }
+        case '/healthz': {
+          const h = opts.health?.() ?? { status: 'ok', loops: [] };
+          sendJson(res, h.status === 'ok' ? 200 : 503, h, req.method === 'HEAD');
+          return;
+        }
+        case '/api/runs': {
+          const runs = opts.store.recentRuns({ limit: limitParam(url, 50), ...sinceParam(url, now()), ...targetParam(url) });
+          sendJson(res, 200, { runs }, req.method === 'HEAD');
+          return;
+        }
+        case '/api/findings': {
+          const findings = opts.store.findings({ limit: limitParam(url, 100), ...sinceParam(url, now()), ...targetParam(url) });
+          sendJson(res, 200, { findings }, req.method === 'HEAD');
+          return;
+        }
+        case '/': {
+          const page = renderStatusPage({
+            latest: opts.store.latestPerTarget(),
+            findings: opts.store.findings({ limit: 20 }),
+            configured: opts.targets?.() ?? [],
+            health: opts.health?.(),
+            now: now(),
+          });
+          res.setHeader('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'");
+          send(res, 200, 'text/html; charset=utf-8', page, req.method === 'HEAD');
+          return;
+        }
+        default:
+          send(res, 404, 'text/plain; charset=utf-8', 'not found: try /, /metrics, /healthz, /api/runs, /api/findings\n');
+      }
+    } catch (err) {
+      if (err instanceof BadRequest) { sendJson(res, 400, { error: err.message }); return; }
+      throw err;
+    }
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, host, () => { server.off('error', reject); resolve(); });
+  });
+  const addr = server.address() as AddressInfo;
+  const shownHost = addr.family === 'IPv6' || addr.address.includes(':') ? `[${addr.address}]` : addr.address;
+  return {
+    url: `http://${shownHost}:${addr.port}/`,
+    close: () => new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    }),
+  };
+}
+
+function send(res: ServerResponse, status: number, type: string, body: string, headOnly = false): void {
+  res.writeHead(status, { ...SECURITY_HEADERS, 'content-type': type, 'content-length': Buffer.byteLength(body) });
+  res.end(headOnly ? undefined : body);
+}
+
+function sendJson(res: ServerResponse, status: number, value: unknown, headOnly = false): void {
+  send(res, status, 'application/json; charset=utf-8', JSON.stringify(value) + '\n', headOnly);
+}
+
+function limitParam(url: URL, dflt: number): number {
+  const raw = url.searchParams.get('limit');
+  if (raw === null) return dflt;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1 || n > 1000) throw new BadRequest(`limit: expected an integer 1-1000, got ${JSON.stringify(raw.slice(0, 20))}`);
+  return n;
+}
+
+/** `since` is a duration back from now (1h, 7d) or an ISO time. */
+function sinceParam(url: URL, now: number): { since?: number } {
+  const raw = url.searchParams.get('since');
+  if (raw === null) return {};
+  const ago = parseDuration(raw);
+  if (ago !== undefined) return { since: now - ago };
+  const t = Date.parse(raw);
+  if (Number.isNaN(t)) throw new BadRequest(`since: expected a duration like 1h or 7d, or an ISO time, got ${JSON.stringify(raw.slice(0, 40))}`);
+  return { since: t };
+}
+
+function targetParam(url: URL): { target?: string } {
+  const t = url.searchParams.get('target');
+  return t === null || t === '' ? {} : { target: t };
+}
+
+// --- the status page ---------------------------------------------------------------------------------------
+
+export function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+}
+
+const BADGE: Record<Outcome | 'none', { cls: string; text: string; title: string }> = {
+  pass: { cls: 'pass', text: 'PASS', title: 'isolation positively established by this probe' },
+  fail: { cls: 'fail', text: 'FAIL', title: 'a finding: see the evidence below' },
+  inconclusive: { cls: 'inconclusive', text: 'INCONCLUSIVE', title: 'isolation could NOT be established (errors, timeouts, nothing planted): not a pass' },
+  none: { cls: 'none', text: 'NO RUN YET', title: 'no completed run of this scenario' },
+};
+
+function badge(o: Outcome | 'none'): string {
+  const b = BADGE[o];
+  return `<span class="badge ${b.cls}" title="${escapeHtml(b.title)}">${b.text}</span>`;
+}
+
+function ago(iso: string, now: number): string {
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return escapeHtml(iso);
+  const d = Math.max(0, now - t);
+  return `<time datetime="${escapeHtml(iso)}" title="${escapeHtml(iso)}">${escapeHtml(formatDuration(Math.round(d / 1000) * 1000))} ago</time>`;
+}
+
+const MAX_EVIDENCE_SHOWN = 1200;
+
+function evidenceHtml(f: StoredFinding): string {
+  // One line per field; strings as they are (escaped below), so an excerpt reads as text, not as JSON.
+  let text = Object.entries(f.evidence).map(([k, v]) => `${k}: ${typeof v === 'string' ? v : JSON.stringify(v)}`).join('\n');
+  if (text.length > MAX_EVIDENCE_SHOWN) text = `${text.slice(0, MAX_EVIDENCE_SHOWN)}…`;
+  return `<pre>${escapeHtml(text)}</pre>`;
+}
+
+interface PageInput {
+  latest: TargetLatest[];
+  findings: StoredFinding[];
+  configured: readonly { name: string; baseUrl: string; scenarios: readonly string[] }[];
+  health: HealthReport | undefined;
+  now: number;
+}
+
+function targetSection(name: string, baseUrl: string, scenarios: readonly string[], latest: TargetLatest | undefined, health: HealthReport | undefined, now: number): string {
+  const last: RunSummary | undefined = latest?.lastRun;
+  const loop = health?.loops.find((l) => l.target === name);
+  const rows = new Map<string, string>();
+  // Configured order first; a scenario with history but no longer configured follows.
+  for (const s of scenarios) rows.set(s, `<tr><td>${escapeHtml(s)}</td><td>${badge('none')}</td><td></td><td></td></tr>`);
+  for (const s of latest?.scenarios ?? []) {
+    const notes = s.notes.slice(0, 3).map((n) => escapeHtml(n)).join('<br>');
+    const streak = s.outcome === 'inconclusive' ? ` <span class="streak">${s.inconclusiveStreak} in a row</span>` : '';
+    rows.set(s.scenario, `<tr><td>${escapeHtml(s.scenario)}</td><td>${badge(s.outcome)}${streak}</td><td>${ago(s.at, now)}</td><td class="notes">${notes}</td></tr>`);
+  }
+  const cap = last?.capacity ?? {};
+  const capText = [
+    cap.contextTokens !== undefined ? `context ${cap.contextTokens.toLocaleString('en-US')} tokens` : 'context unknown',
+    cap.poolTokens !== undefined ? `KV pool ${cap.poolTokens.toLocaleString('en-US')} tokens` : 'KV pool not exposed',
+  ].join(' · ');
+  const below = cap.contextTokens !== undefined && cap.poolTokens !== undefined && cap.poolTokens < cap.contextTokens
+    ? ' <span class="badge fail">POOL BELOW CONTEXT</span>' : '';
+  const lastLine = last === undefined
+    ? 'no completed cycle yet'
+    : `last cycle ${badge(last.outcome)} ${ago(last.finishedAt, now)} · model ${escapeHtml(last.model || '?')} · endpoint ${last.up ? 'reached' : '<b>not reached</b>'} · ${last.findingCount} finding${last.findingCount === 1 ? '' : 's'}`;
+  const loopLine = loop === undefined ? '' : ` · loop ${escapeHtml(loop.state)}${loop.nextRunAt !== undefined ? `, next run ${escapeHtml(loop.nextRunAt)}` : ''}${loop.abandoned > 0 ? `, <b>${loop.abandoned} abandoned probe(s)</b>` : ''}`;
+  return `<section><h2>${escapeHtml(name)} <small>${escapeHtml(baseUrl)}</small></h2>
+<p>${lastLine}${loopLine}</p><p>${escapeHtml(capText)}${below}</p>
+<table><thead><tr><th>scenario</th><th>latest outcome</th><th>when</th><th>notes</th></tr></thead><tbody>
+${[...rows.values()].join('\n')}
+</tbody></table></section>`;
+}
+
+export function renderStatusPage(input: PageInput): string {
+  const byName = new Map(input.latest.map((t) => [t.target, t]));
+  const sections: string[] = [];
+  const shown = new Set<string>();
+  for (const t of input.configured) {
+    shown.add(t.name);
+    sections.push(targetSection(t.name, t.baseUrl, t.scenarios, byName.get(t.name), input.health, input.now));
+  }
+  // Targets no longer configured still have history worth seeing.
+  for (const t of input.latest) {
+    if (shown.has(t.target)) continue;
+    sections.push(targetSection(t.target, t.lastRun.baseUrl, [], t, input.health, input.now).replace('</h2>', ' <small>(no longer configured)</small></h2>'));
+  }
+  const findingRows = input.findings.map((f) => `<tr class="sev-${escapeHtml(f.severity)}"><td>${ago(f.at, input.now)}</td><td>${escapeHtml(f.target)}</td>
+<td>${escapeHtml(f.scenario)}</td><td><b>${escapeHtml(f.kind)}</b></td><td>${escapeHtml(f.severity)}</td><td>${f.chance.toExponential(1)}</td><td>${evidenceHtml(f)}</td></tr>`);
+  const status = input.health?.status === 'stopping' ? '<p class="badge inconclusive">service stopping</p>' : '';
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="30">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>kvcanary status</title>
+<style>
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}
+h1{font-size:1.4em}h2{font-size:1.15em;margin-bottom:.2em}h2 small{font-weight:normal;color:#666}
+section{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.6em 1em;margin-bottom:1em}
+table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #eee;padding:.3em .5em;text-align:left;vertical-align:top}
+.badge{display:inline-block;padding:.05em .5em;border-radius:3px;font-weight:bold;font-size:.85em;color:#fff}
+.pass{background:#1a7f37}.fail{background:#cf222e}.inconclusive{background:#bf8700}.none{background:#6e7781}
+.streak{color:#9a6700}.notes{color:#555;font-size:.9em}
+pre{margin:0;max-width:60em;white-space:pre-wrap;word-break:break-all;font-size:.85em;background:#f6f8fa;padding:.3em}
+.sev-critical td:first-child{border-left:4px solid #cf222e}.sev-high td:first-child{border-left:4px solid #e16f24}
+.sev-warning td:first-child{border-left:4px solid #bf8700}
+</style></head><body>
+<h1>kvcanary status</h1>
+${status}<p>Legend: ${badge('pass')} isolation established · ${badge('fail')} finding · ${badge('inconclusive')} could not be established (not a pass) · ${badge('none')}
+· <a href="/metrics">/metrics</a> · <a href="/api/runs">/api/runs</a> · <a href="/api/findings">/api/findings</a> · <a href="/healthz">/healthz</a></p>
+${sections.length > 0 ? sections.join('\n') : '<p>No targets configured.</p>'}
+<section><h2>Latest findings</h2>
+${findingRows.length > 0
+    ? `<table><thead><tr><th>when</th><th>target</th><th>scenario</th><th>kind</th><th>severity</th><th>chance</th><th>evidence (bounded)</th></tr></thead><tbody>
+${findingRows.join('\n')}
+</tbody></table>`
+    : '<p>No findings recorded.</p>'}
+</section>
+<p><small>Generated ${escapeHtml(new Date(input.now).toISOString())}</small></p>
+</body></html>
+`;
+}

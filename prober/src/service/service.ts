@@ -1,0 +1,175 @@
+/**
+ * `kvcanary serve` assembled: store + metrics + scheduler + status server around a probe function, so the
+ * CLI only loads the config, calls createService and wires signals (SIGTERM/SIGINT → stop, SIGHUP → reload).
+ *
+ * On start the last-run gauges are restored from the store, so a restart neither blanks the dashboards nor
+ * makes every "probes stale" alert fire until the first cycle ends. Requests and markers past retention are
+ * pruned at start and hourly.
+ */
+import { Registry } from 'prom-client';
+import type { Logger } from 'pino';
+import { configSecrets, type ServiceConfig } from './config.js';
+import { createLogger } from './logger.js';
+import { createMetrics, seedScenarioState, type Metrics } from './metrics.js';
+import type { ProbeFn } from '../probe/probe-fn.js';
+import type { ProbeRun } from '../probe/result.js';
+import { createScheduler, systemClock, type Clock, type Scheduler } from './scheduler.js';
+import { startServiceServer } from './server.js';
+import { openStore, type Store } from './store.js';
+
+/** What a probe built by the service may use: the store, to register markers before sending them
+ *  (`recordMarkers`) and to reload earlier runs' markers (`loadMarkers`) so late leaks are attributed. */
+export interface ProbeDeps {
+  store: Store;
+  logger: Logger;
+  /** The current config (changes on reload). */
+  config: () => ServiceConfig;
+}
+
+/** Either a ready probe, or a factory that gets the service's store (for marker persistence). */
+export type ProbeOption =
+  | { probe: ProbeFn; createProbe?: never }
+  | { createProbe: (deps: ProbeDeps) => ProbeFn; probe?: never };
+
+export type ServiceOptions = ProbeOption & ServiceCommonOptions;
+
+export interface ServiceCommonOptions {
+  config: ServiceConfig;
+  /** @default a new Registry */
+  registry?: Registry;
+  /** @default createLogger at the config's level, scrubbing the config's credentials */
+  logger?: Logger;
+  /** @default systemClock */
+  clock?: Clock;
+  /** Environment the config's api_key_env names are read from (for scrubbing). @default process.env */
+  env?: Record<string, string | undefined>;
+  /** Called after each recorded cycle (the CLI prints findings from it). */
+  onRun?: (run: ProbeRun) => void | Promise<void>;
+  /** Passed to the scheduler. @default 5000 */
+  abortGraceMs?: number;
+  /** Jitter source. @default Math.random */
+  random?: () => number;
+}
+
+export interface Service {
+  /** Status page URL with the real port, e.g. http://127.0.0.1:9464/ (metrics at `${url}metrics`). */
+  url: string;
+  stop(): Promise<void>;
+  /** Applies a new validated config. listen and store.path changes need a restart and are reported, not applied. */
+  reload(config: ServiceConfig): void;
+  readonly store: Store;
+  readonly registry: Registry;
+  readonly metrics: Metrics;
+  readonly scheduler: Scheduler;
+  readonly logger: Logger;
+}
+
+const PRUNE_EVERY_MS = 3_600_000;
+
+export async function createService(opts: ServiceOptions): Promise<Service> {
+  const env = opts.env ?? process.env;
+  const clock = opts.clock ?? systemClock;
+  let config = opts.config;
+  let secrets = configSecrets(config, env);
+  const secretsOf = (): readonly string[] => secrets;
+  const ownLogger = opts.logger === undefined;
+  const logger = opts.logger ?? createLogger({ level: config.log.level, secrets: secretsOf });
+  const store = openStore({ path: config.store.path, retentionMs: config.store.retentionMs, secrets: secretsOf });
+  const registry = opts.registry ?? new Registry();
+  const metrics = createMetrics(registry);
+
+  let scheduler: Scheduler;
+  let server: Awaited<ReturnType<typeof startServiceServer>>;
+  try {
+    const probe = opts.probe ?? opts.createProbe({ store, logger, config: () => config });
+    scheduler = createScheduler({
+      config, probe, store, metrics, logger, clock,
+      ...(opts.onRun === undefined ? {} : { onRun: opts.onRun }),
+      ...(opts.abortGraceMs === undefined ? {} : { abortGraceMs: opts.abortGraceMs }),
+      ...(opts.random === undefined ? {} : { random: opts.random }),
+    });
+    restoreGauges(store, metrics, config);
+    server = await startServiceServer({
+      host: config.listen.host,
+      port: config.listen.port,
+      registry,
+      store,
+      health: () => scheduler.health(),
+      targets: () => config.targets,
+      logger,
+      now: () => clock.now(),
+    });
+  } catch (err) {
+    store.close();
+    throw err;
+  }
+
+  let pruneTimer: unknown;
+  const prune = (): void => {
+    try {
+      const gone = store.prune(clock.now(), config.store.retentionMs);
+      if (gone.requests + gone.markers > 0) logger.info(gone, 'pruned requests and markers past retention');
+    } catch (err) {
+      logger.error({ err }, 'prune failed');
+    }
+    pruneTimer = clock.setTimeout(prune, PRUNE_EVERY_MS);
+  };
+  prune();
+  scheduler.start();
+  logger.info({ url: server.url, store: store.path, targets: config.targets.map((t) => t.name) }, 'kvcanary service started');
+
+  let stopping: Promise<void> | undefined;
+  return {
+    url: server.url,
+    store,
+    registry,
+    metrics,
+    scheduler,
+    logger,
+    stop() {
+      stopping ??= (async () => {
+        clock.clearTimeout(pruneTimer);
+        try {
+          await scheduler.stop();
+        } finally {
+          await server.close();
+          store.close();
+          logger.info('kvcanary service stopped');
+          logger.flush?.();
+        }
+      })();
+      return stopping;
+    },
+    reload(next) {
+      if (next.listen.host !== config.listen.host || next.listen.port !== config.listen.port) {
+        logger.warn({ listen: `${config.listen.host}:${config.listen.port}` }, 'listen changed: takes effect on restart; still serving the old address');
+      }
+      if (next.store.path !== config.store.path) {
+        logger.warn({ store: config.store.path }, 'store.path changed: takes effect on restart; still writing the old file');
+      }
+      secrets = configSecrets(next, env);
+      if (ownLogger) logger.level = next.log.level;
+      const added = new Set(next.targets.map((t) => t.name).filter((n) => !config.targets.some((t) => t.name === n)));
+      config = next;
+      scheduler.reload(next);
+      if (added.size > 0) restoreGauges(store, metrics, next, added);
+      logger.info({ targets: next.targets.map((t) => t.name) }, 'config reloaded');
+    },
+  };
+}
+
+/** Last-run gauges from the store for configured targets (after a reload: only for the targets it added). */
+function restoreGauges(store: Store, metrics: Metrics, config: ServiceConfig, only?: ReadonlySet<string>): void {
+  const configured = new Map(config.targets.map((t) => [t.name, t]));
+  for (const t of store.latestPerTarget()) {
+    const target = configured.get(t.target);
+    if (target === undefined || (only !== undefined && !only.has(t.target))) continue;
+    for (const s of t.scenarios) {
+      if (!target.scenarios.includes(s.scenario)) continue;
+      seedScenarioState(metrics, { target: t.target, scenario: s.scenario, outcome: s.outcome, at: s.at, inconclusiveStreak: s.inconclusiveStreak });
+    }
+    metrics.targetUp.set({ target: t.target }, t.lastRun.up ? 1 : 0);
+    if (t.lastRun.capacity.contextTokens !== undefined) metrics.contextLimit.set({ target: t.target }, t.lastRun.capacity.contextTokens);
+    if (t.lastRun.capacity.poolTokens !== undefined) metrics.poolCapacity.set({ target: t.target }, t.lastRun.capacity.poolTokens);
+  }
+}

@@ -1,0 +1,566 @@
+/**
+ * The evidence store: one SQLite file (better-sqlite3) holding probe runs, their requests, the markers they
+ * planted and the findings they produced.
+ *
+ * Durability: WAL with `synchronous=FULL`. In WAL mode a committed transaction is already safe from a
+ * SIGKILL of this process with NORMAL (the WAL frames sit in the OS page cache); FULL also fsyncs the WAL
+ * on every commit, so a committed finding survives a power loss or kernel crash too. The service commits a
+ * handful of transactions a minute, so the fsync costs nothing that matters, and a finding is exactly the
+ * thing that must not vanish.
+ *
+ * Privacy: the file is created with mode 0600 (SQLite gives its -wal and -shm files the database file's
+ * mode). No request or response bodies are stored. Evidence is re-bounded here whatever the caller sent
+ * (strings cut, depth and size capped to a few KB) and every configured credential value is scrubbed from
+ * every stored string first, since a leaked response or an echoed error may carry one.
+ *
+ * Retention: requests and markers are pruned after the configured age; runs, scenario outcomes and
+ * findings are kept (they are small and are the record). Markers outlive their run so that a later run can
+ * attribute a late leak of an earlier run's marker.
+ *
+ * Schema changes are numbered migrations recorded in `schema_migrations`; a database newer than this
+ * code is refused rather than written to.
+ */
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import type { Evidence, Finding, FindingKind, Severity } from '../probe/findings.js';
+import { safeText } from '../probe/redact.js';
+import type { Outcome, ProbeRun } from '../probe/result.js';
+
+export type StoreErrorCode = 'KVC_STORE_OPEN' | 'KVC_STORE_SCHEMA_NEWER' | 'KVC_STORE_INVALID_RUN' | 'KVC_STORE_DUPLICATE_RUN' | 'KVC_STORE_CLOSED';
+
+export class StoreError extends Error {
+  override readonly name = 'StoreError';
+  constructor(readonly code: StoreErrorCode, message: string, opts: { cause?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+  }
+}
+
+export interface StoreOptions {
+  /** Database file, or ':memory:' (tests). */
+  path: string;
+  /** Requests and markers older than this are removed by prune(). */
+  retentionMs: number;
+  /** Credential values to scrub from everything stored (a function so a config reload can change them). */
+  secrets?: readonly string[] | (() => readonly string[]);
+}
+
+/** One planted marker, registered before the request that carries it is sent. */
+export interface MarkerRow {
+  marker: string;
+  runId: string;
+  requestId: string;
+  role: string;
+  tenant: string;
+  plantedAt: string;
+}
+
+export interface ScenarioSummary {
+  name: string;
+  outcome: Outcome;
+  durationMs: number;
+  tokens: { sent: number; billed: number };
+  notes: string[];
+}
+
+export interface RunSummary {
+  runId: string;
+  target: string;
+  baseUrl: string;
+  model: string;
+  startedAt: string;
+  finishedAt: string;
+  outcome: Outcome;
+  up: boolean;
+  capacity: ProbeRun['capacity'];
+  scenarios: ScenarioSummary[];
+  findingCount: number;
+}
+
+export interface StoredFinding {
+  id: number;
+  runId: string;
+  target: string;
+  scenario: string;
+  kind: FindingKind;
+  severity: Severity;
+  evidence: Evidence;
+  chance: number;
+  at: string;
+}
+
+export interface ScenarioLatest {
+  scenario: string;
+  outcome: Outcome;
+  runId: string;
+  at: string;
+  notes: string[];
+  /** Consecutive inconclusive runs of this scenario up to and including the latest (0 after a pass or fail). */
+  inconclusiveStreak: number;
+  tokens: { sent: number; billed: number };
+}
+
+export interface TargetLatest {
+  target: string;
+  lastRun: RunSummary;
+  scenarios: ScenarioLatest[];
+}
+
+export interface TokenSpend {
+  target: string;
+  scenario: string;
+  /** Unix ms of the run's finish. */
+  at: number;
+  tokens: { sent: number; billed: number };
+}
+
+export interface Store {
+  readonly path: string;
+  schemaVersion(): number;
+  /** The whole run (run, scenario outcomes, requests, findings) in one transaction. */
+  recordRun(run: ProbeRun): void;
+  /** Findings that arrived after their run was recorded (a probe that returned after its timeout). */
+  addFindings(ref: { runId: string; target: string }, findings: readonly Finding[], at: string): void;
+  /** Registers planted markers; call before the requests carrying them are sent. Idempotent. */
+  recordMarkers(rows: readonly MarkerRow[]): void;
+  loadMarkers(since: Date | number | string): MarkerRow[];
+  /** Removes requests and markers older than the retention (default: the one opened with); returns how many went. */
+  prune(now: Date | number, retentionMs?: number): { requests: number; markers: number };
+  recentRuns(opts?: { limit?: number; since?: Date | number | string; target?: string }): RunSummary[];
+  findings(opts?: { since?: Date | number | string; target?: string; limit?: number }): StoredFinding[];
+  latestPerTarget(): TargetLatest[];
+  tokenSpend(since: Date | number | string): TokenSpend[];
+  close(): void;
+}
+
+/** Per stored string; matches the scanner's bounded excerpt (about 160 chars) with room to spare. */
+export const MAX_EVIDENCE_STRING = 320;
+/** Whole evidence object as JSON. */
+export const MAX_EVIDENCE_JSON = 4096;
+const MAX_NOTE = 300;
+const MAX_NOTES = 32;
+const MAX_ERROR = 512;
+const MAX_SHORT = 128;
+/** A pathological scenario must not fill the disk; the count of what was dropped is noted. */
+const MAX_FINDINGS_PER_SCENARIO = 1000;
+const MAX_REQUESTS_PER_SCENARIO = 5000;
+
+interface Migration { version: number; name: string; sql: string }
+
+const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'runs, scenario_runs, requests, markers, findings',
+    sql: `
+      CREATE TABLE runs (
+        run_id      TEXT PRIMARY KEY,
+        target      TEXT NOT NULL,
+        base_url    TEXT NOT NULL,
+        model       TEXT NOT NULL,
+        started_at  TEXT NOT NULL,
+        finished_at TEXT NOT NULL,
+        outcome     TEXT NOT NULL CHECK (outcome IN ('pass', 'fail', 'inconclusive')),
+        up          INTEGER NOT NULL,
+        capacity    TEXT NOT NULL
+      );
+      CREATE INDEX runs_target_started ON runs (target, started_at);
+      CREATE INDEX runs_started ON runs (started_at);
+
+      CREATE TABLE scenario_runs (
+        run_id        TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        scenario      TEXT NOT NULL,
+        outcome       TEXT NOT NULL CHECK (outcome IN ('pass', 'fail', 'inconclusive')),
+        duration_ms   REAL NOT NULL,
+        tokens_sent   INTEGER NOT NULL,
+        tokens_billed INTEGER NOT NULL,
+        notes         TEXT NOT NULL,
+        PRIMARY KEY (run_id, scenario)
+      );
+
+      CREATE TABLE requests (
+        run_id                  TEXT NOT NULL,
+        scenario                TEXT NOT NULL,
+        request_id              TEXT NOT NULL,
+        role                    TEXT NOT NULL,
+        tenant                  TEXT NOT NULL,
+        transport               TEXT NOT NULL,
+        status                  INTEGER,
+        prompt_tokens           INTEGER,
+        usage_prompt_tokens     INTEGER,
+        usage_completion_tokens INTEGER,
+        cached_tokens           INTEGER,
+        latency_ms              REAL,
+        ttft_ms                 REAL,
+        finish_reason           TEXT,
+        error                   TEXT,
+        at                      TEXT NOT NULL
+      );
+      CREATE INDEX requests_at ON requests (at);
+      CREATE INDEX requests_run ON requests (run_id);
+
+      CREATE TABLE markers (
+        marker     TEXT PRIMARY KEY,
+        run_id     TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        role       TEXT NOT NULL,
+        tenant     TEXT NOT NULL,
+        planted_at TEXT NOT NULL
+      );
+      CREATE INDEX markers_planted ON markers (planted_at);
+
+      CREATE TABLE findings (
+        id       INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id   TEXT NOT NULL REFERENCES runs (run_id),
+        target   TEXT NOT NULL,
+        scenario TEXT NOT NULL,
+        kind     TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        evidence TEXT NOT NULL,
+        chance   REAL NOT NULL,
+        at       TEXT NOT NULL
+      );
+      CREATE INDEX findings_at ON findings (at);
+      CREATE INDEX findings_run ON findings (run_id);
+    `,
+  },
+];
+
+export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+function iso(t: Date | number | string, what: string): string {
+  const d = t instanceof Date ? t : new Date(t);
+  if (Number.isNaN(d.getTime())) throw new StoreError('KVC_STORE_INVALID_RUN', `${what}: not a valid time: ${String(t).slice(0, 40)}`);
+  return d.toISOString();
+}
+
+function num(x: number | undefined): number | null {
+  return x === undefined || !Number.isFinite(x) ? null : x;
+}
+
+/** Creates the file (and its folder) owner-only before SQLite opens it, and tightens an existing one. */
+function prepareFile(file: string): void {
+  mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+  closeSync(openSync(file, 'a', 0o600));
+  for (const f of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
+}
+
+function migrate(db: Database.Database): void {
+  db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`);
+  const current = (db.prepare('SELECT coalesce(max(version), 0) AS v FROM schema_migrations').get() as { v: number }).v;
+  if (current > SCHEMA_VERSION) {
+    throw new StoreError('KVC_STORE_SCHEMA_NEWER',
+      `database schema version ${current} is newer than this kvcanary understands (${SCHEMA_VERSION}); upgrade kvcanary`);
+  }
+  const mark = db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)');
+  for (const m of MIGRATIONS) {
+    if (m.version <= current) continue;
+    db.transaction(() => {
+      db.exec(m.sql);
+      mark.run(m.version, m.name, new Date().toISOString());
+    })();
+  }
+}
+
+/**
+ * A bounded, scrubbed copy of any JSON-ish value: depth, list length, key count and string length capped,
+ * non-JSON values dropped. Keys are scrubbed too (facts keyed by something a target sent).
+ */
+function boundValue(v: unknown, depth: number, maxString: number, secrets: readonly string[]): unknown {
+  if (v === null || typeof v === 'boolean') return v;
+  if (typeof v === 'number') return Number.isFinite(v) ? v : null;
+  if (typeof v === 'string') return safeText(v, maxString, secrets);
+  if (depth >= 4 || typeof v !== 'object') return undefined;
+  if (Array.isArray(v)) {
+    return v.slice(0, 16).map((x) => boundValue(x, depth + 1, maxString, secrets) ?? null);
+  }
+  const out: Record<string, unknown> = {};
+  let n = 0;
+  for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
+    if (n++ >= 32) break;
+    const bounded = boundValue(x, depth + 1, maxString, secrets);
+    if (bounded !== undefined) out[safeText(k, 64, secrets)] = bounded;
+  }
+  return out;
+}
+
+/** Exported for tests and for any other writer of evidence (the CLI's --json output may want the same). */
+export function boundEvidence(evidence: Evidence, secrets: readonly string[] = []): Evidence {
+  for (const maxString of [MAX_EVIDENCE_STRING, 96, 32]) {
+    const bounded = boundValue(evidence, 0, maxString, secrets) ?? {};
+    if (JSON.stringify(bounded).length <= MAX_EVIDENCE_JSON) return bounded as Evidence;
+  }
+  const match = typeof evidence.match === 'string' ? safeText(evidence.match, 96, secrets) : undefined;
+  return { ...(match === undefined ? {} : { match }), facts: { evidence_truncated: true } };
+}
+
+interface RunRow {
+  run_id: string; target: string; base_url: string; model: string; started_at: string; finished_at: string;
+  outcome: Outcome; up: number; capacity: string; finding_count: number;
+}
+interface ScenarioRow {
+  run_id: string; scenario: string; outcome: Outcome; duration_ms: number; tokens_sent: number; tokens_billed: number; notes: string;
+}
+interface FindingRow {
+  id: number; run_id: string; target: string; scenario: string; kind: string; severity: string; evidence: string; chance: number; at: string;
+}
+
+export function openStore(opts: StoreOptions): Store {
+  const secretsOf = typeof opts.secrets === 'function' ? opts.secrets : (() => (opts.secrets as readonly string[] | undefined) ?? []);
+  let db: Database.Database;
+  try {
+    if (opts.path !== ':memory:') prepareFile(opts.path);
+    db = new Database(opts.path);
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = FULL');
+    db.pragma('foreign_keys = ON');
+    // `kvcanary report` may read while `serve` writes; wait for the writer rather than fail.
+    db.pragma('busy_timeout = 5000');
+    migrate(db);
+    if (opts.path !== ':memory:') prepareFile(opts.path);
+  } catch (err) {
+    if (err instanceof StoreError) throw err;
+    throw new StoreError('KVC_STORE_OPEN', `cannot open evidence store ${opts.path}: ${(err as Error).message}`, { cause: err });
+  }
+
+  const insertRun = db.prepare(`INSERT INTO runs (run_id, target, base_url, model, started_at, finished_at, outcome, up, capacity)
+    VALUES (@run_id, @target, @base_url, @model, @started_at, @finished_at, @outcome, @up, @capacity)`);
+  const insertScenario = db.prepare(`INSERT INTO scenario_runs (run_id, scenario, outcome, duration_ms, tokens_sent, tokens_billed, notes)
+    VALUES (@run_id, @scenario, @outcome, @duration_ms, @tokens_sent, @tokens_billed, @notes)`);
+  const insertRequest = db.prepare(`INSERT INTO requests (run_id, scenario, request_id, role, tenant, transport, status, prompt_tokens,
+    usage_prompt_tokens, usage_completion_tokens, cached_tokens, latency_ms, ttft_ms, finish_reason, error, at)
+    VALUES (@run_id, @scenario, @request_id, @role, @tenant, @transport, @status, @prompt_tokens, @usage_prompt_tokens,
+    @usage_completion_tokens, @cached_tokens, @latency_ms, @ttft_ms, @finish_reason, @error, @at)`);
+  const insertFinding = db.prepare(`INSERT INTO findings (run_id, target, scenario, kind, severity, evidence, chance, at)
+    VALUES (@run_id, @target, @scenario, @kind, @severity, @evidence, @chance, @at)`);
+  const insertMarker = db.prepare(`INSERT OR IGNORE INTO markers (marker, run_id, request_id, role, tenant, planted_at)
+    VALUES (@marker, @run_id, @request_id, @role, @tenant, @planted_at)`);
+
+  const short = (s: string, secrets: readonly string[]): string => safeText(s, MAX_SHORT, secrets);
+
+  function findingRow(runId: string, target: string, f: Finding, at: string, secrets: readonly string[]) {
+    return {
+      run_id: runId,
+      target,
+      scenario: short(f.scenario, secrets),
+      kind: short(f.kind, secrets),
+      severity: short(f.severity, secrets),
+      evidence: JSON.stringify(boundEvidence(f.evidence ?? {}, secrets)),
+      chance: Number.isFinite(f.chance) ? Math.min(1, Math.max(0, f.chance)) : 1,
+      at,
+    };
+  }
+
+  const writeRun = db.transaction((run: ProbeRun) => {
+    const secrets = secretsOf();
+    const startedAt = iso(run.startedAt, 'startedAt');
+    const finishedAt = iso(run.finishedAt, 'finishedAt');
+    insertRun.run({
+      run_id: run.runId,
+      target: run.target,
+      base_url: safeText(run.baseUrl, 512, secrets),
+      model: short(run.model, secrets),
+      started_at: startedAt,
+      finished_at: finishedAt,
+      outcome: run.outcome,
+      up: run.up ? 1 : 0,
+      capacity: JSON.stringify({
+        contextTokens: num(run.capacity.contextTokens) ?? undefined,
+        poolTokens: num(run.capacity.poolTokens) ?? undefined,
+        pageSize: num(run.capacity.pageSize) ?? undefined,
+      }),
+    });
+    for (const s of run.scenarios) {
+      const notes = s.notes.slice(0, MAX_NOTES).map((n) => safeText(n, MAX_NOTE, secrets));
+      if (s.findings.length > MAX_FINDINGS_PER_SCENARIO) notes.push(`${s.findings.length - MAX_FINDINGS_PER_SCENARIO} more findings not stored (cap ${MAX_FINDINGS_PER_SCENARIO})`);
+      if (s.requests.length > MAX_REQUESTS_PER_SCENARIO) notes.push(`${s.requests.length - MAX_REQUESTS_PER_SCENARIO} more requests not stored (cap ${MAX_REQUESTS_PER_SCENARIO})`);
+      insertScenario.run({
+        run_id: run.runId,
+        scenario: short(s.name, secrets),
+        outcome: s.outcome,
+        duration_ms: num(s.durationMs) ?? 0,
+        tokens_sent: Math.round(num(s.tokens.sent) ?? 0),
+        tokens_billed: Math.round(num(s.tokens.billed) ?? 0),
+        notes: JSON.stringify(notes),
+      });
+      for (const r of s.requests.slice(0, MAX_REQUESTS_PER_SCENARIO)) {
+        insertRequest.run({
+          run_id: run.runId,
+          scenario: short(s.name, secrets),
+          request_id: short(r.requestId, secrets),
+          role: short(r.role, secrets),
+          tenant: short(r.tenant, secrets),
+          transport: short(r.transport, secrets),
+          status: num(r.status),
+          prompt_tokens: num(r.promptTokens),
+          usage_prompt_tokens: num(r.usagePromptTokens),
+          usage_completion_tokens: num(r.usageCompletionTokens),
+          cached_tokens: num(r.cachedTokens),
+          latency_ms: num(r.latencyMs),
+          ttft_ms: num(r.ttftMs),
+          finish_reason: r.finishReason === undefined ? null : short(r.finishReason, secrets),
+          error: r.error === undefined ? null : safeText(r.error, MAX_ERROR, secrets),
+          at: startedAt,
+        });
+      }
+      for (const f of s.findings.slice(0, MAX_FINDINGS_PER_SCENARIO)) insertFinding.run(findingRow(run.runId, run.target, f, finishedAt, secrets));
+    }
+  });
+
+  const writeFindings = db.transaction((ref: { runId: string; target: string }, findings: readonly Finding[], at: string) => {
+    const secrets = secretsOf();
+    for (const f of findings.slice(0, MAX_FINDINGS_PER_SCENARIO)) insertFinding.run(findingRow(ref.runId, ref.target, f, at, secrets));
+  });
+
+  const writeMarkers = db.transaction((rows: readonly MarkerRow[]) => {
+    for (const m of rows) {
+      insertMarker.run({
+        marker: m.marker, run_id: m.runId, request_id: m.requestId, role: m.role, tenant: m.tenant,
+        planted_at: iso(m.plantedAt, 'plantedAt'),
+      });
+    }
+  });
+
+  function scenariosOf(runIds: string[]): Map<string, ScenarioSummary[]> {
+    const out = new Map<string, ScenarioSummary[]>();
+    if (runIds.length === 0) return out;
+    const rows = db.prepare(`SELECT * FROM scenario_runs WHERE run_id IN (SELECT value FROM json_each(?)) ORDER BY scenario`)
+      .all(JSON.stringify(runIds)) as ScenarioRow[];
+    for (const r of rows) {
+      const list = out.get(r.run_id) ?? [];
+      list.push({
+        name: r.scenario, outcome: r.outcome, durationMs: r.duration_ms,
+        tokens: { sent: r.tokens_sent, billed: r.tokens_billed }, notes: JSON.parse(r.notes) as string[],
+      });
+      out.set(r.run_id, list);
+    }
+    return out;
+  }
+
+  function toSummaries(rows: RunRow[]): RunSummary[] {
+    const scen = scenariosOf(rows.map((r) => r.run_id));
+    return rows.map((r) => ({
+      runId: r.run_id, target: r.target, baseUrl: r.base_url, model: r.model, startedAt: r.started_at,
+      finishedAt: r.finished_at, outcome: r.outcome, up: r.up === 1,
+      capacity: JSON.parse(r.capacity) as ProbeRun['capacity'], scenarios: scen.get(r.run_id) ?? [],
+      findingCount: r.finding_count,
+    }));
+  }
+
+  const RUN_COLUMNS = `r.*, (SELECT count(*) FROM findings f WHERE f.run_id = r.run_id) AS finding_count`;
+  let closed = false;
+  const open = (): void => { if (closed) throw new StoreError('KVC_STORE_CLOSED', 'the evidence store is closed'); };
+
+  return {
+    path: opts.path,
+
+    schemaVersion() {
+      open();
+      return (db.prepare('SELECT coalesce(max(version), 0) AS v FROM schema_migrations').get() as { v: number }).v;
+    },
+
+    recordRun(run) {
+      open();
+      try {
+        writeRun(run);
+      } catch (err) {
+        if (err instanceof StoreError) throw err;
+        const code = (err as { code?: string }).code;
+        if (code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new StoreError('KVC_STORE_DUPLICATE_RUN', `run ${run.runId} is already recorded`, { cause: err });
+        if (code?.startsWith('SQLITE_CONSTRAINT') === true) throw new StoreError('KVC_STORE_INVALID_RUN', `run ${run.runId} rejected: ${(err as Error).message}`, { cause: err });
+        throw err;
+      }
+    },
+
+    addFindings(ref, findings, at) {
+      open();
+      writeFindings(ref, findings, iso(at, 'at'));
+    },
+
+    recordMarkers(rows) {
+      open();
+      writeMarkers(rows);
+    },
+
+    loadMarkers(since) {
+      open();
+      const rows = db.prepare('SELECT * FROM markers WHERE planted_at >= ? ORDER BY planted_at').all(iso(since, 'since')) as
+        { marker: string; run_id: string; request_id: string; role: string; tenant: string; planted_at: string }[];
+      return rows.map((r) => ({ marker: r.marker, runId: r.run_id, requestId: r.request_id, role: r.role, tenant: r.tenant, plantedAt: r.planted_at }));
+    },
+
+    prune(now, retentionMs = opts.retentionMs) {
+      open();
+      const cutoff = iso((now instanceof Date ? now.getTime() : now) - retentionMs, 'now');
+      return db.transaction(() => ({
+        requests: db.prepare('DELETE FROM requests WHERE at < ?').run(cutoff).changes,
+        markers: db.prepare('DELETE FROM markers WHERE planted_at < ?').run(cutoff).changes,
+      }))();
+    },
+
+    recentRuns({ limit = 50, since, target } = {}) {
+      open();
+      const rows = db.prepare(`SELECT ${RUN_COLUMNS} FROM runs r
+        WHERE (@since IS NULL OR r.started_at >= @since) AND (@target IS NULL OR r.target = @target)
+        ORDER BY r.started_at DESC, r.run_id LIMIT @limit`).all({
+        since: since === undefined ? null : iso(since, 'since'), target: target ?? null, limit: Math.max(0, Math.floor(limit)),
+      }) as RunRow[];
+      return toSummaries(rows);
+    },
+
+    findings({ since, target, limit = 100 } = {}) {
+      open();
+      const rows = db.prepare(`SELECT * FROM findings
+        WHERE (@since IS NULL OR at >= @since) AND (@target IS NULL OR target = @target)
+        ORDER BY at DESC, id DESC LIMIT @limit`).all({
+        since: since === undefined ? null : iso(since, 'since'), target: target ?? null, limit: Math.max(0, Math.floor(limit)),
+      }) as FindingRow[];
+      return rows.map((r) => ({
+        id: r.id, runId: r.run_id, target: r.target, scenario: r.scenario, kind: r.kind as FindingKind,
+        severity: r.severity as Severity, evidence: JSON.parse(r.evidence) as Evidence, chance: r.chance, at: r.at,
+      }));
+    },
+
+    latestPerTarget() {
+      open();
+      const lastRuns = db.prepare(`SELECT ${RUN_COLUMNS} FROM runs r
+        WHERE r.run_id = (SELECT r2.run_id FROM runs r2 WHERE r2.target = r.target ORDER BY r2.started_at DESC, r2.run_id LIMIT 1)
+        ORDER BY r.target`).all() as RunRow[];
+      // The latest outcome of each scenario may come from an older cycle (a scenario skipped since).
+      const latest = db.prepare(`
+        WITH ranked AS (
+          SELECT r.target, s.*, r.finished_at, r.started_at,
+                 row_number() OVER (PARTITION BY r.target, s.scenario ORDER BY r.started_at DESC, r.run_id) AS rn
+          FROM scenario_runs s JOIN runs r ON r.run_id = s.run_id)
+        SELECT ranked.*,
+          (SELECT count(*) FROM scenario_runs s3 JOIN runs r3 ON r3.run_id = s3.run_id
+            WHERE r3.target = ranked.target AND s3.scenario = ranked.scenario AND s3.outcome = 'inconclusive'
+              AND r3.started_at > coalesce((SELECT max(r4.started_at) FROM scenario_runs s4 JOIN runs r4 ON r4.run_id = s4.run_id
+                WHERE r4.target = ranked.target AND s4.scenario = ranked.scenario AND s4.outcome != 'inconclusive'), '')) AS streak
+        FROM ranked WHERE rn = 1 ORDER BY target, scenario`).all() as (ScenarioRow & { target: string; finished_at: string; streak: number })[];
+      const summaries = toSummaries(lastRuns);
+      return summaries.map((lastRun) => ({
+        target: lastRun.target,
+        lastRun,
+        scenarios: latest.filter((s) => s.target === lastRun.target).map((s) => ({
+          scenario: s.scenario, outcome: s.outcome, runId: s.run_id, at: s.finished_at, notes: JSON.parse(s.notes) as string[],
+          inconclusiveStreak: s.streak, tokens: { sent: s.tokens_sent, billed: s.tokens_billed },
+        })),
+      }));
+    },
+
+    tokenSpend(since) {
+      open();
+      const rows = db.prepare(`SELECT r.target, s.scenario, r.finished_at, s.tokens_sent, s.tokens_billed
+        FROM scenario_runs s JOIN runs r ON r.run_id = s.run_id WHERE r.finished_at >= ? ORDER BY r.finished_at`)
+        .all(iso(since, 'since')) as { target: string; scenario: string; finished_at: string; tokens_sent: number; tokens_billed: number }[];
+      return rows.map((r) => ({ target: r.target, scenario: r.scenario, at: Date.parse(r.finished_at), tokens: { sent: r.tokens_sent, billed: r.tokens_billed } }));
+    },
+
+    close() {
+      if (closed) return;
+      closed = true;
+      db.close();
+    },
+  };
+}

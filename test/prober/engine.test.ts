@@ -1,0 +1,132 @@
+/**
+ * The prober against the bundled engine, as a newcomer runs it (`kvcanary run --json` as a process): every
+ * detection claim on a known positive and a known negative.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { startEngine, type RunningEngine, type StartEngineOptions } from '../../engine-under-test/src/start.js';
+import { runCli } from '../helpers/cli.js';
+
+interface RunDoc {
+  outcome: string;
+  scenarios: Array<{ name: string; outcome: string }>;
+  findings: Array<{ kind: string; scenario: string; chance: number; evidence: { excerpt?: string; planted?: { requestId: string }; read?: { requestId: string } } }>;
+}
+
+const ISSUE4_SCENARIOS = ['--scenario', 'capacity-audit', '--scenario', 'overlimit-handoff', '--scenario', 'abort-race'];
+
+let engine: RunningEngine | undefined;
+afterEach(async () => {
+  await engine?.close();
+  engine = undefined;
+});
+
+async function probe(options: StartEngineOptions, extra: string[] = []): Promise<{ code: number | null; doc: RunDoc; kinds: Set<string> }> {
+  engine = await startEngine({ scale: 64, ...options });
+  const r = await runCli(['run', '--target', engine.url, '--json', '-q', ...ISSUE4_SCENARIOS, ...extra], { timeoutMs: 120_000 });
+  const doc = JSON.parse(r.stdout) as RunDoc;
+  return { code: r.code, doc, kinds: new Set(doc.findings.map((f) => f.kind)) };
+}
+
+describe('kvcanary run against the bundled engine', () => {
+  it('incident: exit 1 with cross-request-leak, rejection-not-enforced and pool-below-context', async () => {
+    const { code, doc, kinds } = await probe({ preset: 'incident' });
+    expect(code).toBe(1);
+    expect(doc.outcome).toBe('fail');
+    expect([...kinds].sort()).toEqual(['cross-request-leak', 'pool-below-context', 'rejection-not-enforced']);
+    const leak = doc.findings.find((f) => f.kind === 'cross-request-leak')!;
+    expect(leak.scenario).toBe('overlimit-handoff');
+    expect(leak.chance).toBeLessThan(1e-6);
+    expect(leak.evidence.planted!.requestId).not.toBe(leak.evidence.read!.requestId);
+    expect((leak.evidence.excerpt ?? '').length).toBeLessThanOrEqual(200);
+  }, 120_000);
+
+  it('remediated: exit 0, every scenario passes', async () => {
+    const { code, doc } = await probe({ preset: 'remediated' });
+    expect(doc.findings).toEqual([]);
+    expect(doc.scenarios.map((s) => s.outcome)).toEqual(['pass', 'pass', 'pass']);
+    expect(code).toBe(0);
+  }, 120_000);
+
+  it('hardened: only pool-below-context', async () => {
+    const { code, kinds } = await probe({ preset: 'hardened' });
+    expect([...kinds]).toEqual(['pool-below-context']);
+    expect(code).toBe(1);
+  }, 120_000);
+
+  it('incident + zero-on-release: rejection-not-enforced without a leak', async () => {
+    const { kinds } = await probe({ preset: 'incident', defenses: ['zero-on-release'] });
+    expect(kinds.has('rejection-not-enforced')).toBe(true);
+    expect(kinds.has('cross-request-leak')).toBe(false);
+  }, 120_000);
+
+  // A race: each cycle catches it with some probability (bench/REPORT.md measures it), so allow a few cycles.
+  it.each([
+    ['late-write', 'lifo'],
+    ['offload-release-race', 'fifo'],
+  ] as const)('%s (%s free list): cross-request-leak from abort-race within 3 cycles', async (fault, freeList) => {
+    engine = await startEngine({ scale: 64, preset: 'disaggregated', faults: [fault], freeList });
+    let leaks: RunDoc['findings'] = [];
+    for (let cycle = 0; cycle < 3 && leaks.length === 0; cycle++) {
+      const r = await runCli(['run', '--target', engine.url, '--json', '-q', '--scenario', 'abort-race', '--rounds', '12'], { timeoutMs: 120_000 });
+      leaks = (JSON.parse(r.stdout) as RunDoc).findings.filter((f) => f.kind === 'cross-request-leak');
+    }
+    expect(leaks.length).toBeGreaterThan(0);
+    expect(leaks.every((f) => f.scenario === 'abort-race')).toBe(true);
+  }, 240_000);
+});
+
+describe('prefix-isolation against the bundled engine', () => {
+  const run = async (options: StartEngineOptions): Promise<{ code: number | null; doc: RunDoc }> => {
+    engine = await startEngine({ scale: 64, ...options });
+    const r = await runCli(['run', '--target', engine.url, '--json', '-q', '--scenario', 'prefix-isolation'], { timeoutMs: 120_000 });
+    return { code: r.code, doc: JSON.parse(r.stdout) as RunDoc };
+  };
+
+  it('prefix-cache-ignores-salt: prefix-cache-shared-across-tenants', async () => {
+    const { code, doc } = await run({ preset: 'single', faults: ['prefix-cache-ignores-salt'] });
+    expect(doc.findings.map((f) => f.kind)).toContain('prefix-cache-shared-across-tenants');
+    expect(code).toBe(1);
+  }, 120_000);
+
+  it('hardened: pass (the same-tenant control showed reuse, the other tenant none)', async () => {
+    const { code, doc } = await run({ preset: 'hardened' });
+    expect(doc.findings).toEqual([]);
+    expect(code).toBe(0);
+  }, 120_000);
+
+  it('caching off: inconclusive, never a pass', async () => {
+    const { code, doc } = await run({ preset: 'hardened', prefixCache: false });
+    expect(doc.outcome).toBe('inconclusive');
+    expect(code).toBe(2);
+  }, 120_000);
+});
+
+describe('prefix-collision against the bundled engine', () => {
+  const run = async (options: StartEngineOptions): Promise<{ code: number | null; doc: RunDoc }> => {
+    engine = await startEngine({ scale: 64, ...options });
+    const r = await runCli(['run', '--target', engine.url, '--json', '-q', '--scenario', 'prefix-collision'], { timeoutMs: 120_000 });
+    return { code: r.code, doc: JSON.parse(r.stdout) as RunDoc };
+  };
+
+  it('weak-prefix-hash: a reordered prompt is served the plant\'s cached pages (prefix-cache-collision) and their text', async () => {
+    const { code, doc } = await run({ preset: 'single', faults: ['weak-prefix-hash'] });
+    expect(new Set(doc.findings.map((f) => f.kind))).toEqual(new Set(['prefix-cache-collision', 'cross-request-leak']));
+    expect(code).toBe(1);
+  }, 120_000);
+
+  it('strong-prefix-hash on the same fault, and the plain single preset: pass (the control showed reuse)', async () => {
+    for (const options of [{ preset: 'single', faults: ['weak-prefix-hash'], defenses: ['strong-prefix-hash'] }, { preset: 'single' }]) {
+      const { code, doc } = await run(options);
+      expect(doc.findings).toEqual([]);
+      expect(code).toBe(0);
+      await engine?.close();
+      engine = undefined;
+    }
+  }, 120_000);
+
+  it('caching off: inconclusive', async () => {
+    const { code } = await run({ preset: 'single', prefixCache: false });
+    expect(code).toBe(2);
+  }, 120_000);
+});
+

@@ -1,0 +1,246 @@
+import { spawn } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import Database from 'better-sqlite3';
+import { afterAll, describe, expect, it } from 'vitest';
+import { makeFinding, type Finding } from '../../prober/src/probe/findings.js';
+import type { ProbeRun, ScenarioResult } from '../../prober/src/probe/result.js';
+import { boundEvidence, MAX_EVIDENCE_JSON, openStore, SCHEMA_VERSION, StoreError, type Store } from '../../prober/src/service/store.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'kvc-store-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+let n = 0;
+const dbPath = (): string => path.join(dir, `s${n++}`, 'kvcanary.sqlite');
+const DAY = 86_400_000;
+const KEY = 'sk-live-0123456789abcdefghijklmnop';
+
+function scenario(name: string, outcome: ScenarioResult['outcome'], findings: Finding[] = [], extra: Partial<ScenarioResult> = {}): ScenarioResult {
+  return {
+    name, outcome, findings, notes: [`${name} ${outcome}`], tokens: { sent: 1000, billed: 400 }, durationMs: 1234,
+    requests: [{ requestId: `${name}-r1`, role: 'planter', tenant: 'default', transport: 'ok', status: 200, latencyMs: 12, ttftMs: 3, promptTokens: 100 }],
+    ...extra,
+  };
+}
+
+function run(runId: string, at: string, scenarios: ScenarioResult[], target = 'prod'): ProbeRun {
+  return {
+    runId, target, baseUrl: 'http://h:8000', model: 'm', startedAt: at, finishedAt: new Date(Date.parse(at) + 5000).toISOString(),
+    outcome: scenarios.some((s) => s.outcome === 'fail') ? 'fail' : scenarios.every((s) => s.outcome === 'pass') ? 'pass' : 'inconclusive',
+    scenarios, capacity: { contextTokens: 4096, poolTokens: 2048 }, up: true,
+  };
+}
+
+const leak = (excerpt = 'abc kvcanary-aaaaaaaaaaaaaaaaaaaaaaaaaa def'): Finding =>
+  makeFinding('cross-request-leak', 'abort-race', { match: 'kvcanary-aaaaaaaaaaaaaaaaaaaaaaaaaa', excerpt, read: { requestId: 'r9', role: 'reader', tenant: 'default' } }, 1e-30);
+
+describe('store: file, pragmas and migrations', () => {
+  it('creates the database and its WAL files owner-only, in WAL mode', () => {
+    const p = dbPath();
+    const store = openStore({ path: p, retentionMs: DAY });
+    store.recordRun(run('r1', '2026-01-01T00:00:00Z', [scenario('capacity-audit', 'pass')]));
+    for (const f of [p, `${p}-wal`, `${p}-shm`]) expect(statSync(f).mode & 0o777, f).toBe(0o600);
+    expect(store.schemaVersion()).toBe(SCHEMA_VERSION);
+    store.close();
+    const db = new Database(p, { readonly: true });
+    expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
+    db.close();
+  });
+
+  it('tightens an existing world-readable file', () => {
+    const p = dbPath();
+    openStore({ path: p, retentionMs: DAY }).close();
+    chmodSync(p, 0o644);
+    openStore({ path: p, retentionMs: DAY }).close();
+    expect(statSync(p).mode & 0o777).toBe(0o600);
+  });
+
+  it('applies numbered migrations once and refuses a newer schema', () => {
+    const p = dbPath();
+    openStore({ path: p, retentionMs: DAY }).close();
+    openStore({ path: p, retentionMs: DAY }).close();
+    const db = new Database(p);
+    expect(db.prepare('SELECT version FROM schema_migrations').all()).toEqual([{ version: 1 }]);
+    db.prepare('INSERT INTO schema_migrations VALUES (99, ?, ?)').run('future', new Date().toISOString());
+    db.close();
+    expect(() => openStore({ path: p, retentionMs: DAY })).toThrow(expect.objectContaining({ code: 'KVC_STORE_SCHEMA_NEWER' }) as unknown as Error);
+  });
+
+  it('reports a file that is not a database as KVC_STORE_OPEN', () => {
+    const p = path.join(dir, 'garbage.sqlite');
+    writeFileSync(p, 'x'.repeat(4096));
+    expect(() => openStore({ path: p, retentionMs: DAY })).toThrow(expect.objectContaining({ code: 'KVC_STORE_OPEN' }) as unknown as Error);
+  });
+});
+
+describe('store: runs, findings, markers', () => {
+  const fresh = (secrets: string[] = []): Store => openStore({ path: dbPath(), retentionMs: DAY, secrets });
+
+  it('records a whole run and reads it back for the report and the status page', () => {
+    const store = fresh();
+    store.recordRun(run('r1', '2026-01-01T00:00:00Z', [scenario('overlimit-handoff', 'pass'), scenario('abort-race', 'inconclusive')]));
+    store.recordRun(run('r2', '2026-01-01T00:05:00Z', [scenario('overlimit-handoff', 'fail', [leak()]), scenario('abort-race', 'inconclusive')]));
+    store.recordRun(run('r3', '2026-01-01T00:10:00Z', [scenario('abort-race', 'inconclusive')]));
+    store.recordRun(run('o1', '2026-01-01T00:07:00Z', [scenario('capacity-audit', 'pass')], 'other'));
+
+    const recent = store.recentRuns();
+    expect(recent.map((r) => r.runId)).toEqual(['r3', 'o1', 'r2', 'r1']);
+    expect(recent[2]).toMatchObject({
+      runId: 'r2', target: 'prod', outcome: 'fail', up: true, capacity: { contextTokens: 4096, poolTokens: 2048 }, findingCount: 1,
+      scenarios: [
+        { name: 'abort-race', outcome: 'inconclusive', durationMs: 1234, tokens: { sent: 1000, billed: 400 }, notes: ['abort-race inconclusive'] },
+        { name: 'overlimit-handoff', outcome: 'fail' },
+      ],
+    });
+    expect(store.recentRuns({ target: 'other' }).map((r) => r.runId)).toEqual(['o1']);
+    expect(store.recentRuns({ since: '2026-01-01T00:06:00Z' }).map((r) => r.runId)).toEqual(['r3', 'o1']);
+    expect(store.recentRuns({ limit: 1 })).toHaveLength(1);
+
+    const [f] = store.findings({ since: '2026-01-01T00:00:00Z' });
+    expect(f).toMatchObject({ runId: 'r2', target: 'prod', scenario: 'abort-race', kind: 'cross-request-leak', severity: 'critical', chance: 1e-30 });
+    expect(f?.evidence.read).toEqual({ requestId: 'r9', role: 'reader', tenant: 'default' });
+    expect(store.findings({ since: '2026-01-02T00:00:00Z' })).toEqual([]);
+
+    const latest = store.latestPerTarget();
+    expect(latest.map((t) => t.target)).toEqual(['other', 'prod']);
+    const prod = latest[1]!;
+    expect(prod.lastRun.runId).toBe('r3');
+    // The latest overlimit-handoff outcome comes from r2, although r3 did not run it.
+    expect(prod.scenarios).toEqual([
+      expect.objectContaining({ scenario: 'abort-race', outcome: 'inconclusive', runId: 'r3', inconclusiveStreak: 3 }),
+      expect.objectContaining({ scenario: 'overlimit-handoff', outcome: 'fail', runId: 'r2', inconclusiveStreak: 0 }),
+    ]);
+    expect(store.tokenSpend('2026-01-01T00:06:00Z').map((t) => [t.target, t.scenario, t.tokens.sent, t.at])).toEqual([
+      ['other', 'capacity-audit', 1000, Date.parse('2026-01-01T00:07:05Z')],
+      ['prod', 'abort-race', 1000, Date.parse('2026-01-01T00:10:05Z')],
+    ]);
+    store.close();
+  });
+
+  it('writes a run in one transaction: a bad scenario leaves nothing behind', () => {
+    const store = fresh();
+    const bad = run('r1', '2026-01-01T00:00:00Z', [scenario('overlimit-handoff', 'fail', [leak()]), scenario('abort-race', 'maybe' as 'pass')]);
+    expect(() => store.recordRun(bad)).toThrow(StoreError);
+    expect(store.recentRuns()).toEqual([]);
+    expect(store.findings()).toEqual([]);
+    store.recordRun(run('r1', '2026-01-01T00:00:00Z', [scenario('capacity-audit', 'pass')]));
+    expect(() => store.recordRun(run('r1', '2026-01-01T00:00:00Z', [scenario('capacity-audit', 'pass')])))
+      .toThrow(expect.objectContaining({ code: 'KVC_STORE_DUPLICATE_RUN' }) as unknown as Error);
+    store.close();
+  });
+
+  it('bounds evidence and scrubs configured keys, even a key cut at the excerpt edge', () => {
+    const store = fresh([KEY]);
+    const huge = 'x'.repeat(50_000);
+    const facts: Record<string, string> = {};
+    for (let i = 0; i < 200; i++) facts[`f${i}`] = huge;
+    const f1 = makeFinding('rejection-not-enforced', 'overlimit-handoff', {
+      excerpt: `${huge} Authorization: Bearer ${KEY} ${huge}`,
+      facts: { [`key-${KEY}`]: 1, status: 200, note: `echo ${KEY.slice(0, 20)}` },
+    });
+    const f2 = makeFinding('cross-request-leak', 'abort-race', { match: 'm', facts, excerpt: `…${KEY.slice(5)}` });
+    const s = scenario('overlimit-handoff', 'fail', [f1, f2], {
+      notes: [`target said: invalid key ${KEY}`],
+      requests: [{ requestId: 'q', role: 'overlimit', tenant: 'default', transport: 'http-4xx', status: 401, error: `bad key ${KEY} ${huge}` }],
+    });
+    store.recordRun(run('r1', '2026-01-01T00:00:00Z', [s]));
+    const found = store.findings();
+    for (const f of found) expect(JSON.stringify(f.evidence).length).toBeLessThanOrEqual(MAX_EVIDENCE_JSON);
+    const p = store.path;
+    store.close();
+    // Nothing in the file (tables, WAL) carries the key or a 12-character piece of it.
+    const db = new Database(p, { readonly: true });
+    const dump = JSON.stringify([
+      db.prepare('SELECT * FROM findings').all(), db.prepare('SELECT * FROM requests').all(), db.prepare('SELECT * FROM scenario_runs').all(),
+    ]);
+    db.close();
+    for (let i = 0; i + 12 <= KEY.length; i++) expect(dump).not.toContain(KEY.slice(i, i + 12));
+    expect(dump).toContain('[redacted]');
+    expect(dump.length).toBeLessThan(20_000);
+  });
+
+  it('boundEvidence keeps small evidence as given', () => {
+    const e = { match: 'kvcanary-abc', excerpt: 'short window', planted: { runId: 'r', requestId: 'q', role: 'planter', tenant: 'a', at: '2026-01-01T00:00:00.000Z' }, facts: { status: 200, ok: true, none: null } };
+    expect(boundEvidence(e)).toEqual(e);
+  });
+
+  it('registers markers idempotently, loads them by age and prunes requests and markers but keeps findings', () => {
+    const store = fresh();
+    const now = Date.parse('2026-01-10T00:00:00Z');
+    const old = new Date(now - 2 * DAY).toISOString();
+    const recent = new Date(now - 1000).toISOString();
+    const marker = (m: string, at: string) => ({ marker: m, runId: 'r', requestId: 'q', role: 'planter', tenant: 'default', plantedAt: at });
+    store.recordMarkers([marker('kvcanary-old', old), marker('kvcanary-new', recent)]);
+    store.recordMarkers([marker('kvcanary-new', recent)]);
+    expect(store.loadMarkers(0).map((m) => m.marker)).toEqual(['kvcanary-old', 'kvcanary-new']);
+    expect(store.loadMarkers(now - DAY)).toEqual([marker('kvcanary-new', new Date(recent).toISOString())]);
+
+    store.recordRun(run('old', old, [scenario('abort-race', 'fail', [leak()])]));
+    store.recordRun(run('new', recent, [scenario('abort-race', 'pass')]));
+    expect(store.prune(now)).toEqual({ requests: 1, markers: 1 });
+    expect(store.loadMarkers(0).map((m) => m.marker)).toEqual(['kvcanary-new']);
+    expect(store.findings().map((f) => f.runId)).toEqual(['old']);
+    expect(store.recentRuns().map((r) => r.runId)).toEqual(['new', 'old']);
+    expect(store.prune(now)).toEqual({ requests: 0, markers: 0 });
+    store.close();
+  });
+
+  it('adds late findings to a recorded run', () => {
+    const store = fresh();
+    store.recordRun(run('r1', '2026-01-01T00:00:00Z', [scenario('abort-race', 'inconclusive')]));
+    store.addFindings({ runId: 'r1', target: 'prod' }, [leak()], '2026-01-01T00:09:00Z');
+    expect(store.findings()).toEqual([expect.objectContaining({ runId: 'r1', kind: 'cross-request-leak', at: '2026-01-01T00:09:00.000Z' })]);
+    expect(store.recentRuns()[0]?.findingCount).toBe(1);
+    store.close();
+  });
+});
+
+describe('store: SIGKILL mid-write', () => {
+  it('loses no committed finding, and the database opens and carries on', async () => {
+    const p = dbPath();
+    const child = path.join(dir, 'writer.mts');
+    writeFileSync(child, `
+      import { openStore } from ${JSON.stringify(pathToFileURL(path.resolve('prober/src/service/store.ts')).href)};
+      const store = openStore({ path: ${JSON.stringify(p)}, retentionMs: 86400000 });
+      const big = 'y'.repeat(300);
+      for (let i = 0; ; i++) {
+        const requests = Array.from({ length: 50 }, (_, k) => ({ requestId: 'q' + k, role: 'reader', tenant: 'default', transport: 'ok', error: big }));
+        const findings = [{ kind: 'cross-request-leak', severity: 'critical', scenario: 'abort-race', evidence: { match: 'm' + i, excerpt: big }, chance: 0 }];
+        store.recordMarkers(Array.from({ length: 20 }, (_, k) => ({ marker: 'kvcanary-' + i + '-' + k, runId: 'run-' + i, requestId: 'q', role: 'planter', tenant: 'default', plantedAt: new Date().toISOString() })));
+        store.recordRun({ runId: 'run-' + i, target: 'prod', baseUrl: 'http://h', model: 'm', startedAt: new Date().toISOString(),
+          finishedAt: new Date().toISOString(), outcome: 'fail', up: true, capacity: {},
+          scenarios: [{ name: 'abort-race', outcome: 'fail', findings, requests, notes: [], tokens: { sent: 1, billed: 1 }, durationMs: 1 }] });
+        process.stdout.write('committed run-' + i + '\\n');
+      }
+    `);
+    const proc = spawn(process.execPath, ['--import', 'tsx', child], { cwd: process.cwd(), stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    proc.stderr.on('data', (d: Buffer) => { err += d.toString(); });
+    await new Promise<void>((resolve, reject) => {
+      proc.stdout.on('data', (d: Buffer) => {
+        out += d.toString();
+        if ((out.match(/\n/g)?.length ?? 0) >= 200) { proc.kill('SIGKILL'); resolve(); }
+      });
+      proc.on('exit', (code) => reject(new Error(`writer exited early (${code}): ${err}`)));
+    });
+    await new Promise((resolve) => proc.once('close', resolve));
+    expect(proc.signalCode).toBe('SIGKILL');
+
+    const committed = out.split('\n').filter((l) => l.startsWith('committed ')).map((l) => l.slice('committed '.length));
+    expect(committed.length).toBeGreaterThanOrEqual(200);
+    const store = openStore({ path: p, retentionMs: DAY });
+    const stored = new Set(store.findings({ limit: 1_000_000 }).map((f) => f.runId));
+    const missing = committed.filter((id) => !stored.has(id));
+    expect(missing).toEqual([]);
+    // The killed write either committed whole or not at all.
+    for (const r of store.recentRuns({ limit: 1_000_000 })) expect(r.findingCount).toBe(1);
+    store.recordRun(run('after-crash', new Date().toISOString(), [scenario('abort-race', 'fail', [leak()])]));
+    expect(store.findings({ limit: 1 })[0]?.runId).toBe('after-crash');
+    store.close();
+    const db = new Database(p, { readonly: true });
+    expect(db.pragma('integrity_check', { simple: true })).toBe('ok');
+    db.close();
+  });
+});
