@@ -77,7 +77,7 @@ export function signalSummary(records: readonly CycleRecord[], kind: string): Si
 
 export function summarizeSeries(records: readonly CycleRecord[]): SeriesSummary {
   const n = records.length;
-  const outcomes: Record<Outcome, number> = { pass: 0, fail: 0, inconclusive: 0 };
+  const outcomes: Record<Outcome, number> = { pass: 0, fail: 0, inconclusive: 0, 'not-applicable': 0 };
   for (const r of records) outcomes[r.outcome]++;
   const kinds = new Set(records.flatMap((r) => Object.keys(r.findings)));
   kinds.delete(MARKER_SIGNAL);

@@ -1,10 +1,8 @@
 /**
  * `kvcanary <command>`: dispatches to the command modules. Data goes to stdout, progress and logs to
- * stderr. Exit codes are stable and documented in README.md:
- *   0 pass · 1 at least one finding · 2 inconclusive · 64 bad usage · 70 internal error.
+ * stderr. Exit codes (exit-codes.ts) are stable and documented in README.md.
  */
-
-export const EXIT = { pass: 0, fail: 1, inconclusive: 2, usage: 64, internal: 70 } as const;
+import { EXIT } from './exit-codes.js';
 
 const USAGE = `usage: kvcanary <command> [options]
 

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -61,10 +61,44 @@ describe('store: file, pragmas and migrations', () => {
     openStore({ path: p, retentionMs: DAY }).close();
     openStore({ path: p, retentionMs: DAY }).close();
     const db = new Database(p);
-    expect(db.prepare('SELECT version FROM schema_migrations').all()).toEqual([{ version: 1 }]);
+    expect(db.prepare('SELECT version FROM schema_migrations').all()).toEqual(Array.from({ length: SCHEMA_VERSION }, (_, i) => ({ version: i + 1 })));
     db.prepare('INSERT INTO schema_migrations VALUES (99, ?, ?)').run('future', new Date().toISOString());
     db.close();
     expect(() => openStore({ path: p, retentionMs: DAY })).toThrow(expect.objectContaining({ code: 'KVC_STORE_SCHEMA_NEWER' }) as unknown as Error);
+  });
+
+  it('migrates a version-1 store in place: runs, scenario outcomes and findings kept, not-applicable and power storable', () => {
+    const p = dbPath();
+    mkdirSync(path.dirname(p), { recursive: true });
+    const v1 = new Database(p);
+    v1.exec(`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);
+      CREATE TABLE runs (run_id TEXT PRIMARY KEY, target TEXT NOT NULL, base_url TEXT NOT NULL, model TEXT NOT NULL, started_at TEXT NOT NULL,
+        finished_at TEXT NOT NULL, outcome TEXT NOT NULL CHECK (outcome IN ('pass', 'fail', 'inconclusive')), up INTEGER NOT NULL, capacity TEXT NOT NULL);
+      CREATE INDEX runs_target_started ON runs (target, started_at); CREATE INDEX runs_started ON runs (started_at);
+      CREATE TABLE scenario_runs (run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, scenario TEXT NOT NULL,
+        outcome TEXT NOT NULL CHECK (outcome IN ('pass', 'fail', 'inconclusive')), duration_ms REAL NOT NULL, tokens_sent INTEGER NOT NULL,
+        tokens_billed INTEGER NOT NULL, notes TEXT NOT NULL, PRIMARY KEY (run_id, scenario));
+      CREATE TABLE requests (run_id TEXT NOT NULL, scenario TEXT NOT NULL, request_id TEXT NOT NULL, role TEXT NOT NULL, tenant TEXT NOT NULL,
+        transport TEXT NOT NULL, status INTEGER, prompt_tokens INTEGER, usage_prompt_tokens INTEGER, usage_completion_tokens INTEGER,
+        cached_tokens INTEGER, latency_ms REAL, ttft_ms REAL, finish_reason TEXT, error TEXT, at TEXT NOT NULL);
+      CREATE TABLE markers (marker TEXT PRIMARY KEY, run_id TEXT NOT NULL, request_id TEXT NOT NULL, role TEXT NOT NULL, tenant TEXT NOT NULL, planted_at TEXT NOT NULL);
+      CREATE TABLE findings (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs (run_id), target TEXT NOT NULL,
+        scenario TEXT NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL, evidence TEXT NOT NULL, chance REAL NOT NULL, at TEXT NOT NULL);
+      INSERT INTO schema_migrations VALUES (1, 'v1', '2026-01-01T00:00:00Z');
+      INSERT INTO runs VALUES ('old', 't', 'http://x', 'm', '2026-01-01T00:00:00.000Z', '2026-01-01T00:01:00.000Z', 'fail', 1, '{}');
+      INSERT INTO scenario_runs VALUES ('old', 'overlimit-handoff', 'fail', 10, 5, 5, '[]');
+      INSERT INTO findings (run_id, target, scenario, kind, severity, evidence, chance, at)
+        VALUES ('old', 't', 'overlimit-handoff', 'cross-request-leak', 'critical', '{}', 0, '2026-01-01T00:01:00.000Z');`);
+    v1.close();
+    const store = openStore({ path: p, retentionMs: 1000 * DAY });
+    expect(store.recentRuns({ since: '2025-01-01T00:00:00Z' }).map((r) => [r.runId, r.outcome, r.scenarios.map((s) => s.outcome)])).toEqual([['old', 'fail', ['fail']]]);
+    expect(store.findings({ since: '2025-01-01T00:00:00Z' })).toHaveLength(1);
+    const power = { trials: 29, detectableRate: 0.1, confidence: 0.953 };
+    store.recordRun({ ...run('new', '2026-02-01T00:00:00.000Z', [scenario('prefix-churn', 'not-applicable'), scenario('abort-race', 'pass', [], { power })], 't'), outcome: 'not-applicable' });
+    const latest = store.latestPerTarget().find((t) => t.target === 't')!;
+    expect(latest.lastRun.outcome).toBe('not-applicable');
+    expect(latest.scenarios.map((s) => [s.scenario, s.outcome, s.power])).toEqual([['abort-race', 'pass', power], ['overlimit-handoff', 'fail', undefined], ['prefix-churn', 'not-applicable', undefined]]);
+    store.close();
   });
 
   it('reports a file that is not a database as KVC_STORE_OPEN', () => {

@@ -1,5 +1,5 @@
 /** `kvcanary check-config FILE`: validate a serve config without running anything. Exit 0 valid, 64 not. */
-import { EXIT } from '../cli.js';
+import { EXIT } from '../exit-codes.js';
 import { ConfigError, formatDuration, loadConfig } from '../service/config.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 

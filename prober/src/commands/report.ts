@@ -4,7 +4,7 @@
  */
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { EXIT } from '../cli.js';
+import { EXIT } from '../exit-codes.js';
 import { ConfigError, DEFAULTS, loadConfig, parseDuration } from '../service/config.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { openStore } from '../service/store.js';

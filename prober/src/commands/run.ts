@@ -4,15 +4,16 @@
  */
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
-import { EXIT } from '../cli.js';
+import { EXIT } from '../exit-codes.js';
 import { parseDuration, type TargetConfig, type TenantConfig } from '../service/config.js';
-import { FINDING_KINDS } from '../probe/findings.js';
+import { SEVERITIES, type Severity } from '../probe/findings.js';
 import { createMarkerRegistry } from '../probe/marker-registry.js';
 import { runProbe } from '../probe/probe.js';
-import type { ProbeRun } from '../probe/result.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { parseBaseUrl } from '../probe/target/base-url.js';
+import { writeFileSync } from 'node:fs';
+import { exitCodeFor, summaryTable, toJson, toJunit } from './run-output.js';
 import { UsageError, positiveIntFlag } from './usage.js';
 
 export const RUN_USAGE = `usage: kvcanary run --target URL [options]
@@ -29,9 +30,12 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --rounds N              abort-race rounds (default 4)
   --chat                  use /v1/chat/completions instead of /v1/completions
   --json                  print one JSON document on stdout
+  --fail-on SEVERITY      exit 1 only for a finding at or above it: critical, high, warning (default), info;
+                          every finding is still listed
+  --junit FILE            also write a JUnit XML report (a testcase per scenario) to FILE
   -q, --quiet             no progress on stderr
 
-exit codes: 0 pass, 1 finding(s), 2 inconclusive, 64 bad usage`;
+exit codes: 0 pass, 1 finding(s) at or above --fail-on, 2 inconclusive (or nothing applicable), 64 bad usage`;
 
 export async function runMain(args: string[]): Promise<number> {
   let opts: RunOptions;
@@ -71,7 +75,8 @@ export async function runMain(args: string[]): Promise<number> {
     );
     process.stderr.write(summaryTable(run) + '\n');
     if (opts.json) process.stdout.write(JSON.stringify(toJson(run), null, 2) + '\n');
-    return EXIT[run.outcome];
+    if (opts.junit !== undefined) writeFileSync(opts.junit, toJunit(run, opts.failOn));
+    return exitCodeFor(run, opts.failOn);
   } finally {
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);
@@ -89,6 +94,8 @@ interface RunOptions {
   chat: boolean;
   json: boolean;
   quiet: boolean;
+  failOn: Severity;
+  junit?: string;
 }
 
 export function parseRunArgs(args: string[]): RunOptions {
@@ -111,6 +118,8 @@ export function parseRunArgs(args: string[]): RunOptions {
         rounds: { type: 'string' },
         chat: { type: 'boolean', default: false },
         json: { type: 'boolean', default: false },
+        'fail-on': { type: 'string' },
+        junit: { type: 'string' },
         quiet: { type: 'boolean', short: 'q', default: false },
         help: { type: 'boolean', short: 'h', default: false },
       },
@@ -155,6 +164,9 @@ export function parseRunArgs(args: string[]): RunOptions {
     if (t === undefined || t <= 0) throw new UsageError(`--timeout: expected a duration like 30s or 2m, got '${v.timeout}'`);
     timeoutMs = t;
   }
+  const failOn = (v['fail-on'] ?? 'warning') as Severity;
+  if (!SEVERITIES.includes(failOn)) throw new UsageError(`--fail-on: expected one of ${SEVERITIES.join(', ')}`);
+  if (v.junit !== undefined && v.junit.trim() === '') throw new UsageError('--junit: expected a file path');
   const target: TargetConfig = {
     name: 'cli',
     baseUrl: v.target,
@@ -177,40 +189,7 @@ export function parseRunArgs(args: string[]): RunOptions {
     chat: v.chat,
     json: v.json,
     quiet: v.quiet,
+    failOn,
+    ...(v.junit !== undefined ? { junit: v.junit } : {}),
   };
-}
-
-/** The documented `--json` document. */
-export function toJson(run: ProbeRun): object {
-  return {
-    outcome: run.outcome,
-    target: run.baseUrl,
-    model: run.model,
-    runId: run.runId,
-    startedAt: run.startedAt,
-    finishedAt: run.finishedAt,
-    capacity: run.capacity,
-    scenarios: run.scenarios.map((s) => ({
-      name: s.name,
-      outcome: s.outcome,
-      findings: s.findings.length,
-      requests: s.requests.length,
-      tokens: s.tokens,
-      durationMs: s.durationMs,
-      notes: s.notes,
-    })),
-    findings: run.scenarios.flatMap((s) => s.findings.map((f) => ({ kind: f.kind, severity: f.severity, scenario: f.scenario, evidence: f.evidence, chance: f.chance }))),
-  };
-}
-
-export function summaryTable(run: ProbeRun): string {
-  const rows = run.scenarios.map((s) => [s.name, s.outcome.toUpperCase(), String(s.findings.length), String(s.requests.length), String(s.tokens.sent), `${(s.durationMs / 1000).toFixed(1)}s`]);
-  const head = ['scenario', 'outcome', 'findings', 'requests', 'tokens', 'time'];
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const fmt = (r: string[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ');
-  const lines = [``, `kvcanary run ${run.baseUrl} (model ${run.model || '?'}): ${run.outcome.toUpperCase()}`, fmt(head), ...rows.map(fmt)];
-  const kinds = new Map<string, number>();
-  for (const f of run.scenarios.flatMap((s) => s.findings)) kinds.set(f.kind, (kinds.get(f.kind) ?? 0) + 1);
-  for (const [kind, n] of kinds) lines.push(`finding ${kind} ×${n} [${FINDING_KINDS[kind as keyof typeof FINDING_KINDS].severity}]`);
-  return lines.join('\n');
 }

@@ -8,7 +8,7 @@
  * exit 0; SIGHUP reloads the config file (a bad new config keeps the old one and says so).
  */
 import { parseArgs } from 'node:util';
-import { EXIT } from '../cli.js';
+import { EXIT } from '../exit-codes.js';
 import { ConfigError, loadConfig, parseConfig, type ServiceConfig } from '../service/config.js';
 import { createLogger } from '../service/logger.js';
 import { createMarkerRegistry } from '../probe/marker-registry.js';

@@ -3,37 +3,58 @@
  * alert rules, dashboards and stored evidence key on it.
  */
 
-export type Severity = 'critical' | 'high' | 'warning';
+export type Severity = 'critical' | 'high' | 'warning' | 'info';
+
+/** Most severe first: `--fail-on` and alert routing compare by this order. */
+export const SEVERITIES: readonly Severity[] = ['critical', 'high', 'warning', 'info'];
+
+/** True when `s` is at least as severe as `threshold`. */
+export function atLeast(s: Severity, threshold: Severity): boolean {
+  return SEVERITIES.indexOf(s) <= SEVERITIES.indexOf(threshold);
+}
 
 export interface FindingKindInfo {
   severity: Severity;
   summary: string;
+  /** What the operator should change: shown in --json, the summary, the status page and alert annotations. */
+  remediation: string;
 }
 
 export const FINDING_KINDS = {
   'cross-request-leak': {
     severity: 'critical',
     summary: 'A response carried a canary marker planted by a different request (another customer\'s data could be exposed the same way).',
+    remediation: 'Treat as a data exposure: take the endpoint out of rotation, find which path let a request attend over pages it did not write (admission of over-limit prompts, late KV writes after abort, release races, stale prefix-cache entries), and keep the evidence for the incident review.',
   },
   'rejection-not-enforced': {
     severity: 'high',
     summary: 'A prompt the endpoint should have rejected (over its context limit or KV pool capacity) was answered with generated text.',
+    remediation: 'Reject prompts over the context limit or the KV pool before any work is scheduled, on every path (including disaggregated prefill/decode hand-off), and size the pool at least to the advertised context.',
   },
   'pool-below-context': {
     severity: 'warning',
     summary: 'The KV pool holds fewer tokens than the advertised context limit: prompts in between reach the path where the incident happened.',
+    remediation: 'Raise the KV pool to at least the advertised context length, or lower the advertised context (max_model_len / context_length) to what the pool holds.',
   },
   'prefix-cache-shared-across-tenants': {
     severity: 'critical',
     summary: 'A tenant was served cached prefix tokens computed for another tenant (different key or cache salt).',
+    remediation: 'Key the prefix cache by tenant: give each tenant its own cache_salt at the gateway (vLLM and SGLang key their cache by salt, not by API key), or turn prefix caching off for tenants that must not share.',
   },
   'prefix-cache-collision': {
     severity: 'critical',
     summary: 'A prompt no request had sent was served cached prefix tokens: the prefix cache keys on something other than the exact tokens, so one prompt can be answered over another\'s KV.',
+    remediation: "Key prefix-cache entries on the exact token ids (a collision-resistant hash, or confirm a hit token by token) and upgrade past the engine's known collision fixes.",
   },
   'prefix-timing-side-channel': {
     severity: 'high',
     summary: 'Time to first token reveals whether another tenant sent a given prefix.',
+    remediation: "Time to first token reveals another tenant's prefix: salt the prefix cache per tenant (cache_salt) so cross-tenant hits cannot happen, or disable prefix caching for sensitive tenants.",
+  },
+  'cache-salt-ignored': {
+    severity: 'info',
+    summary: 'The endpoint ignores cache_salt: two identities that differ only by salt share its prefix cache. No boundary was declared between them, so this is a fact about the endpoint, not a leak.',
+    remediation: 'If tenants of this endpoint must not share cached prefixes, isolate them by something the engine honours (separate deployments or slots; llama.cpp has no cache_salt request field), then declare them as tenants to have the boundary checked.',
   },
 } as const satisfies Record<string, FindingKindInfo>;
 

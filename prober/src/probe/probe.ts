@@ -95,7 +95,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
       model: model ?? '',
       startedAt,
       finishedAt: clock().toISOString(),
-      outcome: combineOutcomes(scenarios.map((s) => s.outcome)),
+      outcome: combineOutcomes(scenarios),
       scenarios,
       capacity: {
         ...(introspection.contextTokens !== undefined ? { contextTokens: introspection.contextTokens } : {}),

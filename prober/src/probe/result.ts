@@ -1,11 +1,35 @@
 /**
  * What one scenario run returns. Scenarios return data; the CLI, store, metrics and logger consume it.
  * Outcomes: `pass` only when isolation was positively established; anything the prober could not
- * establish is `inconclusive`, never a pass.
+ * establish is `inconclusive`, never a pass. `not-applicable`: the endpoint demonstrably lacks the
+ * mechanism the scenario stresses (no prefix reuse at all, say), with the evidence in the notes. It is
+ * never a pass of its own scenario, and is judged afresh every run (a cache switched on later is judged).
  */
 import type { Finding } from './findings.js';
 
-export type Outcome = 'pass' | 'fail' | 'inconclusive';
+export type Outcome = 'pass' | 'fail' | 'inconclusive' | 'not-applicable';
+
+export const OUTCOMES: readonly Outcome[] = ['pass', 'fail', 'inconclusive', 'not-applicable'];
+
+/**
+ * Scenarios that judge isolation by the endpoint's behaviour under stress. A run passes only if at least one
+ * of them passed: the others (configuration audit, prefix-cache scenarios) may be not-applicable.
+ */
+export const BEHAVIOURAL_SCENARIOS: readonly string[] = ['overlimit-handoff', 'abort-race', 'concurrent-interleave'];
+
+/**
+ * What a race scenario's pass is worth: `trials` independent race windows were exercised, so a fault that
+ * shows in at least a fraction `detectableRate` of such windows would have been caught with probability
+ * `confidence` = 1 - (1 - detectableRate)^trials.
+ */
+export interface Power {
+  trials: number;
+  detectableRate: number;
+  confidence: number;
+}
+
+/** Why a scenario did not conclude, where it was not the endpoint's doing. */
+export type InconclusiveReason = 'budget' | 'deadline' | 'unreachable' | 'power';
 
 /** How one HTTP exchange with the target ended, as data. */
 export type TransportClass =
@@ -45,12 +69,35 @@ export interface ScenarioResult {
   notes: string[];
   tokens: { sent: number; billed: number };
   durationMs: number;
+  /** Race scenarios: what a pass (or the attempt) is worth. */
+  power?: Power;
+  /** Inconclusive for a reason of the prober's own (budget, deadline) rather than the endpoint's. */
+  reason?: InconclusiveReason;
 }
 
-/** fail beats inconclusive beats pass. */
-export function combineOutcomes(outcomes: Outcome[]): Outcome {
+/** c = 1 - (1 - r)^N. */
+export function powerOf(trials: number, detectableRate: number): Power {
+  const confidence = trials <= 0 ? 0 : 1 - Math.pow(1 - detectableRate, trials);
+  return { trials, detectableRate, confidence: Math.round(confidence * 10_000) / 10_000 };
+}
+
+/** The fewest independent windows for `detectableRate` to be caught with probability `confidence`. */
+export function trialsFor(detectableRate: number, confidence: number): number {
+  return Math.ceil(Math.log(1 - confidence) / Math.log(1 - detectableRate));
+}
+
+/**
+ * One run's verdict from its scenarios: fail beats inconclusive. Pass needs every applicable scenario
+ * passed, at least one pass, and — where a behavioural scenario was run — at least one behavioural pass.
+ * Not-applicable never counts as a pass; a run of nothing but not-applicable scenarios is not-applicable.
+ */
+export function combineOutcomes(scenarios: readonly { name: string; outcome: Outcome }[]): Outcome {
+  const outcomes = scenarios.map((s) => s.outcome);
   if (outcomes.includes('fail')) return 'fail';
   if (outcomes.length === 0 || outcomes.includes('inconclusive')) return 'inconclusive';
+  if (!outcomes.includes('pass')) return 'not-applicable';
+  const behavioural = scenarios.filter((s) => BEHAVIOURAL_SCENARIOS.includes(s.name));
+  if (behavioural.length > 0 && !behavioural.some((s) => s.outcome === 'pass')) return 'inconclusive';
   return 'pass';
 }
 

@@ -13,9 +13,14 @@
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { FINDING_KINDS, type Finding, type FindingKind } from '../probe/findings.js';
-import type { Outcome, ProbeRun, TransportClass } from '../probe/result.js';
+import { OUTCOMES, type Outcome, type ProbeRun, type TransportClass } from '../probe/result.js';
 
-export const OUTCOMES: readonly Outcome[] = ['pass', 'fail', 'inconclusive'];
+export { OUTCOMES };
+
+/** Prometheus label values use underscores: `not-applicable` is exported as `not_applicable`. */
+export function outcomeLabel(o: Outcome): string {
+  return o.replace('-', '_');
+}
 export const TRANSPORTS: readonly TransportClass[] = ['ok', 'http-4xx', 'http-5xx', 'refused', 'reset', 'timeout', 'aborted', 'malformed', 'too-large'];
 export const SKIP_REASONS = ['budget', 'overlap', 'shutdown'] as const;
 export type SkipReason = typeof SKIP_REASONS[number];
@@ -63,7 +68,7 @@ export function createMetrics(registry: Registry): Metrics {
     tokensSent: new Counter({ name: 'kvcanary_tokens_sent_total', help: 'Prompt tokens sent (the prober\'s estimate).', labelNames: ['target', 'scenario'], registers }),
     tokensBilled: new Counter({ name: 'kvcanary_tokens_billed_total', help: 'Prompt plus completion tokens the endpoint reported in usage.', labelNames: ['target', 'scenario'], registers }),
     lastRunTimestamp: new Gauge({ name: 'kvcanary_last_run_timestamp_seconds', help: 'Unix time of the last completed scenario run.', labelNames: ['target', 'scenario'], registers }),
-    lastRunOutcome: new Gauge({ name: 'kvcanary_last_run_outcome', help: 'State set: 1 for the outcome of the last scenario run, 0 for the other two.', labelNames: ['target', 'scenario', 'outcome'], registers }),
+    lastRunOutcome: new Gauge({ name: 'kvcanary_last_run_outcome', help: 'State set: 1 for the outcome of the last scenario run (pass, fail, inconclusive, not_applicable), 0 for the others.', labelNames: ['target', 'scenario', 'outcome'], registers }),
     inconclusiveStreak: new Gauge({ name: 'kvcanary_inconclusive_streak', help: 'Consecutive inconclusive runs of a scenario (0 after a pass or fail).', labelNames: ['target', 'scenario'], registers }),
     contextLimit: new Gauge({ name: 'kvcanary_target_context_limit_tokens', help: 'Context limit the target advertises (absent if unknown).', labelNames: ['target'], registers }),
     poolCapacity: new Gauge({ name: 'kvcanary_target_pool_capacity_tokens', help: 'KV pool capacity of the target (absent if not exposed).', labelNames: ['target'], registers }),
@@ -78,10 +83,10 @@ const key = (target: string, scenario: string): string => `${target}\u0000${scen
 
 /** Creates the zero-valued label sets of configured targets and scenarios (idempotent: never resets a count). */
 export function initTargetMetrics(m: Metrics, target: string, scenarios: readonly string[]): void {
-  for (const outcome of OUTCOMES) m.probeCycles.inc({ target, outcome }, 0);
+  for (const outcome of OUTCOMES) m.probeCycles.inc({ target, outcome: outcomeLabel(outcome) }, 0);
   for (const reason of SKIP_REASONS) m.runsSkipped.inc({ target, reason }, 0);
   for (const scenario of scenarios) {
-    for (const outcome of OUTCOMES) m.probeRuns.inc({ target, scenario, outcome }, 0);
+    for (const outcome of OUTCOMES) m.probeRuns.inc({ target, scenario, outcome: outcomeLabel(outcome) }, 0);
     for (const [kind, info] of Object.entries(FINDING_KINDS)) m.findings.inc({ target, scenario, kind, severity: info.severity }, 0);
     m.tokensSent.inc({ target, scenario }, 0);
     m.tokensBilled.inc({ target, scenario }, 0);
@@ -90,7 +95,7 @@ export function initTargetMetrics(m: Metrics, target: string, scenarios: readonl
     if (!m.streaks.has(k)) {
       m.streaks.set(k, 0);
       m.inconclusiveStreak.set({ target, scenario }, 0);
-      for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target, scenario, outcome }, 0);
+      for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target, scenario, outcome: outcomeLabel(outcome) }, 0);
     }
   }
 }
@@ -99,7 +104,7 @@ export function initTargetMetrics(m: Metrics, target: string, scenarios: readonl
 export function seedScenarioState(m: Metrics, s: { target: string; scenario: string; outcome: Outcome; at: string; inconclusiveStreak: number }): void {
   const at = Date.parse(s.at);
   if (Number.isFinite(at)) m.lastRunTimestamp.set({ target: s.target, scenario: s.scenario }, at / 1000);
-  for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target: s.target, scenario: s.scenario, outcome }, outcome === s.outcome ? 1 : 0);
+  for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target: s.target, scenario: s.scenario, outcome: outcomeLabel(outcome) }, outcome === s.outcome ? 1 : 0);
   m.streaks.set(key(s.target, s.scenario), s.inconclusiveStreak);
   m.inconclusiveStreak.set({ target: s.target, scenario: s.scenario }, s.inconclusiveStreak);
 }
@@ -136,7 +141,7 @@ export function observeFindings(m: Metrics, target: string, findings: readonly F
 /** Updates every metric from one completed probe cycle. */
 export function observeRun(m: Metrics, run: ProbeRun): void {
   const target = run.target;
-  m.probeCycles.inc({ target, outcome: run.outcome });
+  m.probeCycles.inc({ target, outcome: outcomeLabel(run.outcome) });
   m.targetUp.set({ target }, run.up ? 1 : 0);
   // A cycle that reached the endpoint and learnt nothing means the fact is no longer exposed; a cycle that
   // did not reach it says nothing, so the last known value stays.
@@ -148,12 +153,12 @@ export function observeRun(m: Metrics, run: ProbeRun): void {
   const finishedAt = Date.parse(run.finishedAt);
   for (const s of run.scenarios) {
     const scenario = s.name;
-    m.probeRuns.inc({ target, scenario, outcome: s.outcome });
+    m.probeRuns.inc({ target, scenario, outcome: outcomeLabel(s.outcome) });
     if (Number.isFinite(s.durationMs) && s.durationMs >= 0) m.probeDuration.observe({ target, scenario }, s.durationMs / 1000);
     if (s.tokens.sent > 0) m.tokensSent.inc({ target, scenario }, s.tokens.sent);
     if (s.tokens.billed > 0) m.tokensBilled.inc({ target, scenario }, s.tokens.billed);
     if (Number.isFinite(finishedAt)) m.lastRunTimestamp.set({ target, scenario }, finishedAt / 1000);
-    for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target, scenario, outcome }, outcome === s.outcome ? 1 : 0);
+    for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target, scenario, outcome: outcomeLabel(outcome) }, outcome === s.outcome ? 1 : 0);
     const k = key(target, scenario);
     const streak = s.outcome === 'inconclusive' ? (m.streaks.get(k) ?? 0) + 1 : 0;
     m.streaks.set(k, streak);

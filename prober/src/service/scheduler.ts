@@ -329,7 +329,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       model: runs.find((r) => r.model !== '')?.model ?? target.model ?? '',
       startedAt: iso(dueAt),
       finishedAt: iso(clock.now()),
-      outcome: combineOutcomes(scenarios.map((s) => s.outcome)),
+      outcome: combineOutcomes(scenarios),
       scenarios,
       capacity,
       up: runs.some((r) => r.up),

@@ -177,6 +177,7 @@ const BADGE: Record<Outcome | 'none', { cls: string; text: string; title: string
   pass: { cls: 'pass', text: 'PASS', title: 'isolation positively established by this probe' },
   fail: { cls: 'fail', text: 'FAIL', title: 'a finding: see the evidence below' },
   inconclusive: { cls: 'inconclusive', text: 'INCONCLUSIVE', title: 'isolation could NOT be established (errors, timeouts, nothing planted): not a pass' },
+  'not-applicable': { cls: 'not-applicable', text: 'NOT APPLICABLE', title: 'the endpoint lacks the mechanism this scenario stresses (evidence in the notes): not a pass of this scenario' },
   none: { cls: 'none', text: 'NO RUN YET', title: 'no completed run of this scenario' },
 };
 
@@ -216,7 +217,9 @@ function targetSection(name: string, baseUrl: string, scenarios: readonly string
   // Configured order first; a scenario with history but no longer configured follows.
   for (const s of scenarios) rows.set(s, `<tr><td>${escapeHtml(s)}</td><td>${badge('none')}</td><td></td><td></td></tr>`);
   for (const s of latest?.scenarios ?? []) {
-    const notes = s.notes.slice(0, 3).map((n) => escapeHtml(n)).join('<br>');
+    const power = s.power === undefined ? [] : [`power: ${s.power.trials} race windows, a fault showing in ≥${Math.round(s.power.detectableRate * 100)}% of them caught with probability ${s.power.confidence.toFixed(3)}`];
+    const reason = s.reason === undefined ? [] : [`cut short: ${s.reason}`];
+    const notes = [...reason, ...power, ...s.notes.slice(0, 3)].map((n) => escapeHtml(n)).join('<br>');
     const streak = s.outcome === 'inconclusive' ? ` <span class="streak">${s.inconclusiveStreak} in a row</span>` : '';
     rows.set(s.scenario, `<tr><td>${escapeHtml(s.scenario)}</td><td>${badge(s.outcome)}${streak}</td><td>${ago(s.at, now)}</td><td class="notes">${notes}</td></tr>`);
   }
@@ -263,7 +266,7 @@ h1{font-size:1.4em}h2{font-size:1.15em;margin-bottom:.2em}h2 small{font-weight:n
 section{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.6em 1em;margin-bottom:1em}
 table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #eee;padding:.3em .5em;text-align:left;vertical-align:top}
 .badge{display:inline-block;padding:.05em .5em;border-radius:3px;font-weight:bold;font-size:.85em;color:#fff}
-.pass{background:#1a7f37}.fail{background:#cf222e}.inconclusive{background:#bf8700}.none{background:#6e7781}
+.pass{background:#1a7f37}.fail{background:#cf222e}.inconclusive{background:#bf8700}.not-applicable{background:#0969da}.none{background:#6e7781}
 .streak{color:#9a6700}.notes{color:#555;font-size:.9em}
 pre{margin:0;max-width:60em;white-space:pre-wrap;word-break:break-all;font-size:.85em;background:#f6f8fa;padding:.3em}
 .sev-critical td:first-child{border-left:4px solid #cf222e}.sev-high td:first-child{border-left:4px solid #e16f24}

@@ -25,7 +25,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Evidence, Finding, FindingKind, Severity } from '../probe/findings.js';
 import { safeText } from '../probe/redact.js';
-import type { Outcome, ProbeRun } from '../probe/result.js';
+import type { InconclusiveReason, Outcome, Power, ProbeRun } from '../probe/result.js';
 
 export type StoreErrorCode = 'KVC_STORE_OPEN' | 'KVC_STORE_SCHEMA_NEWER' | 'KVC_STORE_INVALID_RUN' | 'KVC_STORE_DUPLICATE_RUN' | 'KVC_STORE_CLOSED';
 
@@ -61,6 +61,8 @@ export interface ScenarioSummary {
   durationMs: number;
   tokens: { sent: number; billed: number };
   notes: string[];
+  power?: Power;
+  reason?: InconclusiveReason;
 }
 
 export interface RunSummary {
@@ -98,6 +100,8 @@ export interface ScenarioLatest {
   /** Consecutive inconclusive runs of this scenario up to and including the latest (0 after a pass or fail). */
   inconclusiveStreak: number;
   tokens: { sent: number; billed: number };
+  power?: Power;
+  reason?: InconclusiveReason;
 }
 
 export interface TargetLatest {
@@ -223,6 +227,46 @@ const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX findings_run ON findings (run_id);
     `,
   },
+  {
+    version: 2,
+    name: 'not-applicable outcome; scenario power and inconclusive reason',
+    // SQLite cannot alter a CHECK constraint: rebuild both tables (migrate() runs with foreign keys off).
+    sql: `
+      CREATE TABLE runs_v2 (
+        run_id      TEXT PRIMARY KEY,
+        target      TEXT NOT NULL,
+        base_url    TEXT NOT NULL,
+        model       TEXT NOT NULL,
+        started_at  TEXT NOT NULL,
+        finished_at TEXT NOT NULL,
+        outcome     TEXT NOT NULL CHECK (outcome IN ('pass', 'fail', 'inconclusive', 'not-applicable')),
+        up          INTEGER NOT NULL,
+        capacity    TEXT NOT NULL
+      );
+      INSERT INTO runs_v2 SELECT run_id, target, base_url, model, started_at, finished_at, outcome, up, capacity FROM runs;
+      DROP TABLE runs;
+      ALTER TABLE runs_v2 RENAME TO runs;
+      CREATE INDEX runs_target_started ON runs (target, started_at);
+      CREATE INDEX runs_started ON runs (started_at);
+
+      CREATE TABLE scenario_runs_v2 (
+        run_id        TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        scenario      TEXT NOT NULL,
+        outcome       TEXT NOT NULL CHECK (outcome IN ('pass', 'fail', 'inconclusive', 'not-applicable')),
+        duration_ms   REAL NOT NULL,
+        tokens_sent   INTEGER NOT NULL,
+        tokens_billed INTEGER NOT NULL,
+        notes         TEXT NOT NULL,
+        power         TEXT,
+        reason        TEXT,
+        PRIMARY KEY (run_id, scenario)
+      );
+      INSERT INTO scenario_runs_v2 (run_id, scenario, outcome, duration_ms, tokens_sent, tokens_billed, notes)
+        SELECT run_id, scenario, outcome, duration_ms, tokens_sent, tokens_billed, notes FROM scenario_runs;
+      DROP TABLE scenario_runs;
+      ALTER TABLE scenario_runs_v2 RENAME TO scenario_runs;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
@@ -300,6 +344,7 @@ interface RunRow {
 }
 interface ScenarioRow {
   run_id: string; scenario: string; outcome: Outcome; duration_ms: number; tokens_sent: number; tokens_billed: number; notes: string;
+  power: string | null; reason: string | null;
 }
 interface FindingRow {
   id: number; run_id: string; target: string; scenario: string; kind: string; severity: string; evidence: string; chance: number; at: string;
@@ -313,10 +358,12 @@ export function openStore(opts: StoreOptions): Store {
     db = new Database(opts.path);
     db.pragma('journal_mode = WAL');
     db.pragma('synchronous = FULL');
-    db.pragma('foreign_keys = ON');
     // `kvcanary report` may read while `serve` writes; wait for the writer rather than fail.
     db.pragma('busy_timeout = 5000');
+    // Table rebuilds in migrations must not cascade deletes: foreign keys are enforced once the schema is current.
+    db.pragma('foreign_keys = OFF');
     migrate(db);
+    db.pragma('foreign_keys = ON');
     if (opts.path !== ':memory:') prepareFile(opts.path);
   } catch (err) {
     if (err instanceof StoreError) throw err;
@@ -325,8 +372,8 @@ export function openStore(opts: StoreOptions): Store {
 
   const insertRun = db.prepare(`INSERT INTO runs (run_id, target, base_url, model, started_at, finished_at, outcome, up, capacity)
     VALUES (@run_id, @target, @base_url, @model, @started_at, @finished_at, @outcome, @up, @capacity)`);
-  const insertScenario = db.prepare(`INSERT INTO scenario_runs (run_id, scenario, outcome, duration_ms, tokens_sent, tokens_billed, notes)
-    VALUES (@run_id, @scenario, @outcome, @duration_ms, @tokens_sent, @tokens_billed, @notes)`);
+  const insertScenario = db.prepare(`INSERT INTO scenario_runs (run_id, scenario, outcome, duration_ms, tokens_sent, tokens_billed, notes, power, reason)
+    VALUES (@run_id, @scenario, @outcome, @duration_ms, @tokens_sent, @tokens_billed, @notes, @power, @reason)`);
   const insertRequest = db.prepare(`INSERT INTO requests (run_id, scenario, request_id, role, tenant, transport, status, prompt_tokens,
     usage_prompt_tokens, usage_completion_tokens, cached_tokens, latency_ms, ttft_ms, finish_reason, error, at)
     VALUES (@run_id, @scenario, @request_id, @role, @tenant, @transport, @status, @prompt_tokens, @usage_prompt_tokens,
@@ -382,6 +429,8 @@ export function openStore(opts: StoreOptions): Store {
         tokens_sent: Math.round(num(s.tokens.sent) ?? 0),
         tokens_billed: Math.round(num(s.tokens.billed) ?? 0),
         notes: JSON.stringify(notes),
+        power: s.power === undefined ? null : JSON.stringify({ trials: num(s.power.trials) ?? 0, detectableRate: num(s.power.detectableRate) ?? 0, confidence: num(s.power.confidence) ?? 0 }),
+        reason: s.reason ?? null,
       });
       for (const r of s.requests.slice(0, MAX_REQUESTS_PER_SCENARIO)) {
         insertRequest.run({
@@ -431,6 +480,8 @@ export function openStore(opts: StoreOptions): Store {
       list.push({
         name: r.scenario, outcome: r.outcome, durationMs: r.duration_ms,
         tokens: { sent: r.tokens_sent, billed: r.tokens_billed }, notes: JSON.parse(r.notes) as string[],
+        ...(r.power !== null ? { power: JSON.parse(r.power) as Power } : {}),
+        ...(r.reason !== null ? { reason: r.reason as InconclusiveReason } : {}),
       });
       out.set(r.run_id, list);
     }
@@ -545,6 +596,8 @@ export function openStore(opts: StoreOptions): Store {
         scenarios: latest.filter((s) => s.target === lastRun.target).map((s) => ({
           scenario: s.scenario, outcome: s.outcome, runId: s.run_id, at: s.finished_at, notes: JSON.parse(s.notes) as string[],
           inconclusiveStreak: s.streak, tokens: { sent: s.tokens_sent, billed: s.tokens_billed },
+          ...(s.power !== null ? { power: JSON.parse(s.power) as Power } : {}),
+          ...(s.reason !== null ? { reason: s.reason as InconclusiveReason } : {}),
         })),
       }));
     },

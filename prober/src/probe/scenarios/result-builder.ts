@@ -1,6 +1,6 @@
 /** Accumulates one scenario's requests, findings and notes, and decides nothing: the scenario sets the outcome. */
 import type { Finding } from '../findings.js';
-import type { Outcome, ScenarioResult } from '../result.js';
+import type { InconclusiveReason, Outcome, Power, ScenarioResult } from '../result.js';
 import type { Exchange } from './exchange.js';
 import { billed, leakFindings } from './exchange.js';
 import type { ScenarioContext } from './context.js';
@@ -31,8 +31,14 @@ export class ResultBuilder {
     this.ctx.progress(`${this.name}: ${line}`);
   }
 
+  /** A race scenario's stated power (passes and attempts alike). */
+  power: Power | undefined;
+  /** Set when the prober's own limits (budget, deadline) cut the scenario short. */
+  reason: InconclusiveReason | undefined;
+
+  /** Findings of severity `info` are reported facts, not failures: they never fail the scenario. */
   finish(outcomeIfClean: Exclude<Outcome, 'fail'>): ScenarioResult {
-    const outcome: Outcome = this.findings.length > 0 ? 'fail' : outcomeIfClean;
+    const outcome: Outcome = this.findings.some((f) => f.severity !== 'info') ? 'fail' : outcomeIfClean;
     const echoed = this.exchanges.filter((e) => e.selfEcho > 0).length;
     // The copy control: an endpoint that never echoes its own markers may not copy leaked ones either.
     if (this.exchanges.length > 0) this.notes.push(`self-echo: ${echoed} of ${this.exchanges.length} responses repeated their own markers`);
@@ -47,6 +53,8 @@ export class ResultBuilder {
         billed: this.exchanges.reduce((n, e) => n + billed(e), 0),
       },
       durationMs: Math.round(this.ctx.now() - this.#start),
+      ...(this.power !== undefined ? { power: this.power } : {}),
+      ...(this.reason !== undefined && outcome === 'inconclusive' ? { reason: this.reason } : {}),
     };
   }
 }

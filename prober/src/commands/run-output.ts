@@ -1,0 +1,120 @@
+/**
+ * What `kvcanary run` prints: the `--json` document, the stderr summary, the JUnit XML report, and the exit
+ * code a CI gate reads (`--fail-on`). Pure functions of a ProbeRun.
+ */
+import { EXIT, type ExitCode } from '../exit-codes.js';
+import { atLeast, FINDING_KINDS, type Finding, type Severity } from '../probe/findings.js';
+import { combineOutcomes, type Outcome, type ProbeRun, type ScenarioResult } from '../probe/result.js';
+
+/** A scenario as the gate sees it: findings below `--fail-on` are listed but do not fail it. */
+function gated(s: ScenarioResult, failOn: Severity): Outcome {
+  if (s.outcome !== 'fail') return s.outcome;
+  return s.findings.some((f) => atLeast(f.severity, failOn)) ? 'fail' : 'pass';
+}
+
+/** 1 for a finding at or above `failOn`; otherwise the run's outcome with lesser findings set aside. */
+export function exitCodeFor(run: ProbeRun, failOn: Severity): ExitCode {
+  const outcome = combineOutcomes(run.scenarios.map((s) => ({ name: s.name, outcome: gated(s, failOn) })));
+  if (outcome === 'fail') return EXIT.fail;
+  if (outcome === 'pass') return EXIT.pass;
+  return EXIT.inconclusive;  // inconclusive, or nothing applicable: isolation was not established
+}
+
+function findingJson(f: Finding): object {
+  return { kind: f.kind, severity: f.severity, scenario: f.scenario, evidence: f.evidence, chance: f.chance, remediation: FINDING_KINDS[f.kind].remediation };
+}
+
+/** The documented `--json` document. */
+export function toJson(run: ProbeRun): object {
+  return {
+    outcome: run.outcome,
+    target: run.baseUrl,
+    model: run.model,
+    runId: run.runId,
+    startedAt: run.startedAt,
+    finishedAt: run.finishedAt,
+    capacity: run.capacity,
+    scenarios: run.scenarios.map((s) => ({
+      name: s.name,
+      outcome: s.outcome,
+      ...(s.reason !== undefined ? { reason: s.reason } : {}),
+      ...(s.power !== undefined ? { power: s.power } : {}),
+      findings: s.findings.length,
+      requests: s.requests.length,
+      tokens: s.tokens,
+      durationMs: s.durationMs,
+      notes: s.notes,
+    })),
+    findings: run.scenarios.flatMap((s) => s.findings.map(findingJson)),
+  };
+}
+
+function outcomeText(s: ScenarioResult): string {
+  const base = s.outcome.toUpperCase();
+  if (s.reason !== undefined) return `${base} (${s.reason})`;
+  if (s.power !== undefined && s.outcome === 'pass') return `${base} (c=${s.power.confidence.toFixed(2)})`;
+  return base;
+}
+
+export function summaryTable(run: ProbeRun): string {
+  const rows = run.scenarios.map((s) => [s.name, outcomeText(s), String(s.findings.length), String(s.requests.length), String(s.tokens.sent), `${(s.durationMs / 1000).toFixed(1)}s`]);
+  const head = ['scenario', 'outcome', 'findings', 'requests', 'tokens', 'time'];
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const fmt = (r: string[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ');
+  const lines = [``, `kvcanary run ${run.baseUrl} (model ${run.model || '?'}): ${run.outcome.toUpperCase()}`, fmt(head), ...rows.map(fmt)];
+  const kinds = new Map<Finding['kind'], number>();
+  for (const f of run.scenarios.flatMap((s) => s.findings)) kinds.set(f.kind, (kinds.get(f.kind) ?? 0) + 1);
+  for (const [kind, n] of kinds) {
+    lines.push(`finding ${kind} ×${n} [${FINDING_KINDS[kind].severity}]`);
+    lines.push(`  what to do: ${FINDING_KINDS[kind].remediation}`);
+  }
+  for (const s of run.scenarios.filter((x) => x.outcome === 'not-applicable' || x.outcome === 'inconclusive')) {
+    const why = s.notes[0];
+    if (why !== undefined) lines.push(`${s.name} ${s.outcome}: ${why}`);
+  }
+  return lines.join('\n');
+}
+
+function xml(s: string): string {
+  // XML 1.0 forbids most control characters even as references: drop them, escape the rest.
+  // eslint-disable-next-line no-control-regex
+  return s.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!);
+}
+
+/**
+ * JUnit XML as CI systems read it: a testcase per scenario; a <failure> per finding at or above `failOn`;
+ * <skipped> for not-applicable; <error> for inconclusive. Evidence is already bounded and redacted.
+ */
+export function toJunit(run: ProbeRun, failOn: Severity): string {
+  const cases = run.scenarios.map((s) => {
+    const failures = s.findings.filter((f) => atLeast(f.severity, failOn));
+    const notes = s.notes.join('\n');
+    const body: string[] = [];
+    for (const f of failures) {
+      const detail = [FINDING_KINDS[f.kind].summary, `what to do: ${FINDING_KINDS[f.kind].remediation}`, JSON.stringify(f.evidence)].join('\n');
+      body.push(`      <failure type="${xml(f.kind)}" message="${xml(`${f.kind} [${f.severity}]`)}">${xml(detail)}</failure>`);
+    }
+    if (s.outcome === 'not-applicable') body.push(`      <skipped message="${xml(`not applicable: ${s.notes[0] ?? ''}`)}"/>`);
+    if (s.outcome === 'inconclusive') body.push(`      <error type="inconclusive" message="${xml(`inconclusive${s.reason !== undefined ? ` (${s.reason})` : ''}: ${s.notes[0] ?? ''}`)}"/>`);
+    if (notes.length > 0) body.push(`      <system-out>${xml(notes)}</system-out>`);
+    return `    <testcase classname="kvcanary.${xml(run.target)}" name="${xml(s.name)}" time="${(s.durationMs / 1000).toFixed(3)}">\n${body.join('\n')}${body.length > 0 ? '\n' : ''}    </testcase>`;
+  });
+  const count = (p: (s: ScenarioResult) => boolean): number => run.scenarios.filter(p).length;
+  const failures = count((s) => s.findings.some((f) => atLeast(f.severity, failOn)));
+  const errors = count((s) => s.outcome === 'inconclusive');
+  const skipped = count((s) => s.outcome === 'not-applicable');
+  const seconds = (Date.parse(run.finishedAt) - Date.parse(run.startedAt)) / 1000;
+  return `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites name="kvcanary" tests="${run.scenarios.length}" failures="${failures}" errors="${errors}" skipped="${skipped}">
+  <testsuite name="${xml(`kvcanary ${run.baseUrl}`)}" tests="${run.scenarios.length}" failures="${failures}" errors="${errors}" skipped="${skipped}" time="${Number.isFinite(seconds) ? seconds.toFixed(3) : '0'}" timestamp="${xml(run.startedAt)}">
+    <properties>
+      <property name="outcome" value="${xml(run.outcome)}"/>
+      <property name="model" value="${xml(run.model)}"/>
+      <property name="runId" value="${xml(run.runId)}"/>
+      <property name="failOn" value="${failOn}"/>
+    </properties>
+${cases.join('\n')}
+  </testsuite>
+</testsuites>
+`;
+}
