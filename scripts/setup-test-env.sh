@@ -12,7 +12,7 @@ cache=${KVCANARY_CACHE:-$HOME/.cache/kvcanary}
 say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --- Debian packages -----------------------------------------------------------------------------------
-declare -A provides=([prometheus]=prometheus [promtool]=prometheus [alertmanager]=prometheus-alertmanager
+declare -A provides=([prometheus]=prometheus [promtool]=prometheus [prometheus-alertmanager]=prometheus-alertmanager
   [amtool]=prometheus-alertmanager [chromium]=chromium [cmake]=cmake [g++]=g++)
 missing=()
 for cmd in "${!provides[@]}"; do
