@@ -17,6 +17,7 @@ import { parse as parseYaml } from 'yaml';
 import {
   dashboardPanels, dashboardQueries, metricNames, ruleQueries, substituteTemplateVariables,
 } from '../helpers/dashboard-queries.js';
+import { FINDING_KINDS } from '../../prober/src/probe/findings.js';
 import { runPromtool, startPrometheus, type PrometheusHandle, type Sample } from '../helpers/prometheus.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -89,7 +90,7 @@ describe('alert rules', () => {
     expect(result.stdout).toContain('SUCCESS');
   });
 
-  it('define the seven alerts, each with a severity, summary, description and runbook', () => {
+  it('define the seven alerts, each with a severity, summary, description and runbook; finding alerts say what to do', () => {
     const parsed = parseYaml(readFileSync(alertsPath, 'utf8')) as { groups: { rules: Record<string, unknown>[] }[] };
     const alerts = parsed.groups.flatMap((g) => g.rules).filter((r) => typeof r.alert === 'string');
     expect(alerts.map((a) => a.alert).sort()).toEqual([
@@ -98,13 +99,22 @@ describe('alert rules', () => {
     ]);
     for (const alert of alerts) {
       const annotations = alert.annotations as Record<string, string>;
-      expect(Object.keys(annotations).sort(), String(alert.alert)).toEqual(['description', 'runbook', 'summary']);
+      const findingAlert = /findings/.test(String(alert.expr)) || alert.alert === 'KvcanaryPoolBelowContext';
+      expect(Object.keys(annotations).sort(), String(alert.alert)).toEqual(findingAlert ? ['description', 'remediation', 'runbook', 'summary'] : ['description', 'runbook', 'summary']);
       expect((alert.labels as Record<string, string>).severity, String(alert.alert)).toMatch(/^(critical|high|warning)$/);
     }
     const leak = alerts.find((a) => a.alert === 'KvcanaryCrossRequestLeak');
     // A leak pages at once: no pending period, and the pager's severity.
     expect(leak?.for).toBe('0m');
     expect((leak?.labels as Record<string, string>).severity).toBe('critical');
+  });
+
+  it('carry, for every finding kind that alerts, the remediation line the CLI and status page print', () => {
+    const text = readFileSync(alertsPath, 'utf8').replace(/\s+/g, ' ');
+    for (const [kind, info] of Object.entries(FINDING_KINDS)) {
+      if (info.severity === 'info') continue;  // facts, not alerts
+      expect(text, kind).toContain(info.remediation);
+    }
   });
 
   it('read only agreed metric names or recorded ones, as do their unit tests\' input series', () => {
@@ -207,13 +217,14 @@ describe('dashboard JSON', () => {
     expect(ratio, 'a pool / context ratio panel').toBeDefined();
   });
 
-  it('renders only pass as green: inconclusive is amber, fail red, not-yet-run grey', () => {
+  it('renders only pass as green: inconclusive is amber, fail red, not applicable blue, not-yet-run grey', () => {
     const outcome = panelByTitle('Outcome per target and scenario');
     const byText = new Map([...valueMappings(outcome).values()].map((m) => [m.text, m.color]));
     expect(byText.get('pass')).toBe('green');
     expect(byText.get('fail')).toBe('red');
     expect(byText.get('inconclusive')).toBe('orange');
     expect(isGreenish(byText.get('inconclusive'))).toBe(false);
+    expect(byText.get('not applicable')).toBe('blue');
     expect(isGreenish(byText.get('no run yet'))).toBe(false);
     // A value no mapping covers falls back to the thresholds' base colour: that must not be green either.
     const steps = (outcome.fieldConfig as { defaults: { thresholds: { steps: { color: string }[] } } }).defaults.thresholds.steps;
@@ -228,6 +239,7 @@ describe('dashboard JSON', () => {
     expect(colourOf('remediated · pass')).toEqual(['green']);
     expect(colourOf('unreachable · inconclusive')).toEqual(['orange']);
     expect(colourOf('incident · fail')).toEqual(['red']);
+    expect(colourOf('llama · not_applicable')).toEqual(['blue']);
   });
 
   it('reads only agreed metric names or recorded ones', () => {

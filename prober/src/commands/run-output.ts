@@ -8,8 +8,8 @@ import { combineOutcomes, type Outcome, type ProbeRun, type ScenarioResult } fro
 
 /** A scenario as the gate sees it: findings below `--fail-on` are listed but do not fail it. */
 function gated(s: ScenarioResult, failOn: Severity): Outcome {
-  if (s.outcome !== 'fail') return s.outcome;
-  return s.findings.some((f) => atLeast(f.severity, failOn)) ? 'fail' : 'pass';
+  if (s.findings.some((f) => atLeast(f.severity, failOn))) return 'fail';
+  return s.outcome === 'fail' ? 'pass' : s.outcome;
 }
 
 /** 1 for a finding at or above `failOn`; otherwise the run's outcome with lesser findings set aside. */

@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { formatDuration, parseDuration } from './config.js';
+import { FINDING_KINDS, isFindingKind } from '../probe/findings.js';
 import type { Outcome } from '../probe/result.js';
 import type { RunSummary, Store, StoredFinding, TargetLatest } from './store.js';
 
@@ -202,6 +203,12 @@ function evidenceHtml(f: StoredFinding): string {
   return `<pre>${escapeHtml(text)}</pre>`;
 }
 
+/** The finding kind's remediation line; nothing for a kind this version does not know (an older store's). */
+function remediationHtml(kind: string): string {
+  if (!isFindingKind(kind)) return '';
+  return `<p class="todo"><b>What to do:</b> ${escapeHtml(FINDING_KINDS[kind].remediation)}</p>`;
+}
+
 interface PageInput {
   latest: TargetLatest[];
   findings: StoredFinding[];
@@ -255,7 +262,7 @@ export function renderStatusPage(input: PageInput): string {
     sections.push(targetSection(t.target, t.lastRun.baseUrl, [], t, input.health, input.now).replace('</h2>', ' <small>(no longer configured)</small></h2>'));
   }
   const findingRows = input.findings.map((f) => `<tr class="sev-${escapeHtml(f.severity)}"><td>${ago(f.at, input.now)}</td><td>${escapeHtml(f.target)}</td>
-<td>${escapeHtml(f.scenario)}</td><td><b>${escapeHtml(f.kind)}</b></td><td>${escapeHtml(f.severity)}</td><td>${f.chance.toExponential(1)}</td><td>${evidenceHtml(f)}</td></tr>`);
+<td>${escapeHtml(f.scenario)}</td><td><b>${escapeHtml(f.kind)}</b></td><td>${escapeHtml(f.severity)}</td><td>${f.chance.toExponential(1)}</td><td>${evidenceHtml(f)}${remediationHtml(f.kind)}</td></tr>`);
   const status = input.health?.status === 'stopping' ? '<p class="badge inconclusive">service stopping</p>' : '';
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="30">
@@ -270,10 +277,11 @@ table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #eee;pad
 .streak{color:#9a6700}.notes{color:#555;font-size:.9em}
 pre{margin:0;max-width:60em;white-space:pre-wrap;word-break:break-all;font-size:.85em;background:#f6f8fa;padding:.3em}
 .sev-critical td:first-child{border-left:4px solid #cf222e}.sev-high td:first-child{border-left:4px solid #e16f24}
-.sev-warning td:first-child{border-left:4px solid #bf8700}
+.sev-warning td:first-child{border-left:4px solid #bf8700}.sev-info td:first-child{border-left:4px solid #0969da}
+.todo{margin:.3em 0 0;font-size:.9em}
 </style></head><body>
 <h1>kvcanary status</h1>
-${status}<p>Legend: ${badge('pass')} isolation established · ${badge('fail')} finding · ${badge('inconclusive')} could not be established (not a pass) · ${badge('none')}
+${status}<p>Legend: ${badge('pass')} isolation established · ${badge('fail')} finding · ${badge('inconclusive')} could not be established (not a pass) · ${badge('not-applicable')} the endpoint lacks the mechanism (not a pass of that scenario) · ${badge('none')}
 · <a href="/metrics">/metrics</a> · <a href="/api/runs">/api/runs</a> · <a href="/api/findings">/api/findings</a> · <a href="/healthz">/healthz</a></p>
 ${sections.length > 0 ? sections.join('\n') : '<p>No targets configured.</p>'}
 <section><h2>Latest findings</h2>

@@ -1,0 +1,109 @@
+/**
+ * The run verdict a gate reads: how scenario outcomes combine (not-applicable never a pass), what --fail-on
+ * does to the exit code, the JUnit report CI systems display, and the --json / summary fields a user reads.
+ */
+import { XMLParser } from 'fast-xml-parser';
+import { describe, expect, it } from 'vitest';
+import { exitCodeFor, summaryTable, toJson, toJunit } from '../../prober/src/commands/run-output.js';
+import { EXIT } from '../../prober/src/exit-codes.js';
+import { FINDING_KINDS, makeFinding, type Finding } from '../../prober/src/probe/findings.js';
+import { combineOutcomes, powerOf, trialsFor, type Outcome, type ProbeRun, type ScenarioResult } from '../../prober/src/probe/result.js';
+
+function scen(name: string, outcome: Outcome, findings: Finding[] = [], extra: Partial<ScenarioResult> = {}): ScenarioResult {
+  return { name, outcome, findings, requests: [], notes: [`${name} note`], tokens: { sent: 10, billed: 10 }, durationMs: 1500, ...extra };
+}
+
+function run(scenarios: ScenarioResult[]): ProbeRun {
+  return {
+    runId: 'run-1', target: 'cli', baseUrl: 'http://127.0.0.1:1', model: 'm', startedAt: '2026-01-01T00:00:00.000Z',
+    finishedAt: '2026-01-01T00:01:00.000Z', outcome: combineOutcomes(scenarios), scenarios, capacity: {}, up: true,
+  };
+}
+
+const leak = makeFinding('cross-request-leak', 'overlimit-handoff', { match: 'kvcanary-x', excerpt: '<script>alert(1)</script>' }, 1e-20);
+const warning = makeFinding('pool-below-context', 'capacity-audit', { facts: { pool: 1, context: 2 } });
+const saltFact = makeFinding('cache-salt-ignored', 'prefix-isolation', { facts: { cachedTokens: 500 } });
+
+describe('combineOutcomes', () => {
+  it('passes a run whose behavioural scenario passed and whose prefix scenarios are not applicable', () => {
+    expect(combineOutcomes([scen('overlimit-handoff', 'pass'), scen('prefix-isolation', 'not-applicable'), scen('capacity-audit', 'pass')])).toBe('pass');
+  });
+  it('never counts not-applicable as a pass: all not-applicable is not-applicable, and behavioural scenarios must pass', () => {
+    expect(combineOutcomes([scen('prefix-isolation', 'not-applicable'), scen('prefix-churn', 'not-applicable')])).toBe('not-applicable');
+    expect(combineOutcomes([scen('capacity-audit', 'pass'), scen('abort-race', 'not-applicable')])).toBe('inconclusive');
+  });
+  it('lets fail beat inconclusive beat everything else, and an empty run is inconclusive', () => {
+    expect(combineOutcomes([scen('abort-race', 'pass'), scen('prefix-churn', 'inconclusive'), scen('overlimit-handoff', 'fail')])).toBe('fail');
+    expect(combineOutcomes([scen('abort-race', 'pass'), scen('prefix-churn', 'inconclusive')])).toBe('inconclusive');
+    expect(combineOutcomes([])).toBe('inconclusive');
+  });
+});
+
+describe('power', () => {
+  it('states c = 1 - (1 - r)^N and the windows needed for it', () => {
+    expect(trialsFor(0.1, 0.95)).toBe(29);
+    expect(powerOf(29, 0.1).confidence).toBeGreaterThanOrEqual(0.95);
+    expect(powerOf(28, 0.1).confidence).toBeLessThan(0.95);
+    expect(powerOf(0, 0.1).confidence).toBe(0);
+  });
+});
+
+describe('exit code and --fail-on', () => {
+  it('exits 1 only for a finding at or above the threshold (default warning), still listing the others', () => {
+    const r = run([scen('overlimit-handoff', 'pass'), scen('capacity-audit', 'fail', [warning])]);
+    expect(exitCodeFor(r, 'warning')).toBe(EXIT.fail);
+    expect(exitCodeFor(r, 'high')).toBe(EXIT.pass);
+    expect(exitCodeFor(r, 'critical')).toBe(EXIT.pass);
+    expect(toJson(r)).toMatchObject({ outcome: 'fail', findings: [{ kind: 'pool-below-context', severity: 'warning' }] });
+  });
+  it('exits 0 with an info finding at the default, 1 with --fail-on info', () => {
+    const r = run([scen('overlimit-handoff', 'pass'), scen('prefix-isolation', 'pass', [saltFact])]);
+    expect(r.outcome).toBe('pass');
+    expect(exitCodeFor(r, 'warning')).toBe(EXIT.pass);
+    expect(exitCodeFor(r, 'info')).toBe(EXIT.fail);
+  });
+  it('exits 2 when nothing behavioural passed, even with every prefix scenario not applicable', () => {
+    expect(exitCodeFor(run([scen('prefix-isolation', 'not-applicable')]), 'warning')).toBe(EXIT.inconclusive);
+    expect(exitCodeFor(run([scen('abort-race', 'inconclusive', [], { reason: 'budget' })]), 'warning')).toBe(EXIT.inconclusive);
+  });
+});
+
+describe('--json and the summary', () => {
+  it('carry the outcome, power, reason and each finding\'s remediation line', () => {
+    const power = powerOf(32, 0.1);
+    const r = run([scen('abort-race', 'pass', [], { power }), scen('prefix-churn', 'inconclusive', [], { reason: 'budget', notes: ['not sent (token budget exhausted)'] }),
+      scen('prefix-isolation', 'not-applicable', [], { notes: ['an exact same-tenant re-send got 0 cached tokens: no prefix reuse'] }), scen('overlimit-handoff', 'fail', [leak])]);
+    const json = toJson(r) as { scenarios: Record<string, unknown>[]; findings: Record<string, unknown>[] };
+    expect(json.scenarios[0]).toMatchObject({ name: 'abort-race', outcome: 'pass', power });
+    expect(json.scenarios[1]).toMatchObject({ outcome: 'inconclusive', reason: 'budget' });
+    expect(json.scenarios[2]).toMatchObject({ outcome: 'not-applicable' });
+    expect(json.findings[0]).toMatchObject({ kind: 'cross-request-leak', remediation: FINDING_KINDS['cross-request-leak'].remediation });
+    const text = summaryTable(r);
+    expect(text).toContain('NOT-APPLICABLE');
+    expect(text).toContain('INCONCLUSIVE (budget)');
+    expect(text).toMatch(/PASS \(c=0\.9\d\)/);
+    expect(text).toContain(`what to do: ${FINDING_KINDS['cross-request-leak'].remediation}`);
+    expect(text).toContain('prefix-isolation not-applicable: an exact same-tenant re-send got 0 cached tokens');
+  });
+});
+
+describe('--junit', () => {
+  it('writes a testcase per scenario: failure per gating finding, skipped for not-applicable, error for inconclusive', () => {
+    const r = run([scen('overlimit-handoff', 'fail', [leak]), scen('capacity-audit', 'fail', [warning]), scen('prefix-isolation', 'not-applicable'),
+      scen('prefix-churn', 'inconclusive', [], { reason: 'deadline' }), scen('abort-race', 'pass')]);
+    const xml = toJunit(r, 'high');
+    const doc = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '' }).parse(xml) as {
+      testsuites: { tests: string; failures: string; errors: string; skipped: string; testsuite: { testcase: Record<string, unknown>[] } };
+    };
+    expect(doc.testsuites).toMatchObject({ tests: '5', failures: '1', errors: '1', skipped: '1' });
+    const cases = new Map(doc.testsuites.testsuite.testcase.map((c) => [c.name as string, c]));
+    expect(cases.get('overlimit-handoff')).toHaveProperty('failure');
+    expect(cases.get('capacity-audit')).not.toHaveProperty('failure');  // warning is below --fail-on high
+    expect(cases.get('prefix-isolation')).toHaveProperty('skipped');
+    expect(cases.get('prefix-churn')).toHaveProperty('error');
+    expect(cases.get('abort-race')).not.toHaveProperty('failure');
+    // Evidence from a hostile target stays text: escaped, never markup.
+    expect(xml).not.toContain('<script>');
+    expect(xml).toContain('&lt;script&gt;');
+  });
+});
