@@ -2,7 +2,9 @@
  * `kvcanary <command>`: dispatches to the command modules. Data goes to stdout, progress and logs to
  * stderr. Exit codes (exit-codes.ts) are stable and documented in README.md.
  */
+import { debugEnabled, report, withBoundary } from './cli-errors.js';
 import { EXIT } from './exit-codes.js';
+import { kvcanaryVersion } from './version.js';
 
 const USAGE = `usage: kvcanary <command> [options]
 
@@ -13,7 +15,12 @@ commands:
   report         list stored run outcomes and findings
   engine         start the bundled reference engine (engine-under-test)
 
-kvcanary <command> --help for a command's options.`;
+global options:
+  --version      print kvcanary's version
+  --debug        on an internal error (exit 70), also print the stack (or set KVCANARY_DEBUG=1)
+
+kvcanary <command> --help for a command's options.
+exit codes: 0 pass, 1 finding, 2 inconclusive, 64 bad usage or config, 70 internal error (see README).`;
 
 type CommandMain = (args: string[]) => Promise<number>;
 
@@ -26,16 +33,35 @@ const COMMANDS: Record<string, () => Promise<CommandMain>> = {
 };
 
 export async function main(argv: string[]): Promise<number> {
-  const [command, ...rest] = argv;
+  const debug = argv.includes('--debug') || debugEnabled();
+  const args = argv.filter((a) => a !== '--debug');
+  const [command, ...rest] = args;
+  if (command === '--version' || command === '-V' || command === 'version') {
+    process.stdout.write(`kvcanary ${kvcanaryVersion()}\n`);
+    return EXIT.pass;
+  }
   if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
     process.stderr.write(USAGE + '\n');
     return command === undefined ? EXIT.usage : EXIT.pass;
   }
   const load = COMMANDS[command];
   if (load === undefined) {
-    process.stderr.write(`kvcanary: unknown command '${command}'\n\n${USAGE}\n`);
+    // Never echo it: an operator may have pasted a key where the command goes.
+    process.stderr.write(`kvcanary: unknown command${/^[a-z-]{1,20}$/.test(command) ? ` '${command}'` : ''}\n\n${USAGE}\n`);
     return EXIT.usage;
   }
-  const commandMain = await load();
-  return commandMain(rest);
+  const boundary = { command, debug, write: (t: string) => { process.stderr.write(t); } };
+  // Errors thrown from timers and event handlers (after a command's promise is pending) end here too.
+  const onUncaught = (err: unknown): void => {
+    process.exitCode = report(boundary, err);
+    process.exit();
+  };
+  process.on('uncaughtException', onUncaught);
+  process.on('unhandledRejection', onUncaught);
+  try {
+    return await withBoundary(boundary, async () => (await load())(rest));
+  } finally {
+    process.off('uncaughtException', onUncaught);
+    process.off('unhandledRejection', onUncaught);
+  }
 }

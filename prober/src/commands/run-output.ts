@@ -75,6 +75,22 @@ export function summaryTable(run: ProbeRun): string {
   return lines.join('\n');
 }
 
+/**
+ * `run -q`: the verdict in one line. An inconclusive run says why (the reasons of its inconclusive
+ * scenarios: unreachable, deadline, budget, power, or the first note), never a table of empty rows.
+ */
+export function quietLine(run: ProbeRun): string {
+  const findings = run.scenarios.reduce((n, s) => n + s.findings.length, 0);
+  const head = `kvcanary run ${run.baseUrl}: ${run.outcome.toUpperCase()}`;
+  if (run.outcome === 'fail') return `${head}: ${findings} finding(s)`;
+  if (run.outcome !== 'inconclusive') return head;
+  const open = run.scenarios.filter((s) => s.outcome === 'inconclusive');
+  const reasons = [...new Set(open.map((s) => s.reason).filter((r) => r !== undefined))];
+  const why = reasons.length > 0 ? reasons.join(', ') : (open[0]?.notes[0] ?? 'isolation not established');
+  const note = reasons.length > 0 ? open.find((s) => s.reason === reasons[0])?.notes[0] : undefined;
+  return `${head} (${why})${note !== undefined && note !== why ? `: ${note.replace(/\s+/g, ' ').slice(0, 200)}` : ''}`;
+}
+
 function xml(s: string): string {
   // XML 1.0 forbids most control characters even as references: drop them, escape the rest.
   // eslint-disable-next-line no-control-regex

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
-import { parseDuration, type TargetConfig, type TenantConfig } from '../service/config.js';
+import { formatDuration, type TargetConfig, type TenantConfig } from '../service/config.js';
 import { SEVERITIES, type Severity } from '../probe/findings.js';
 import { createMarkerRegistry } from '../probe/marker-registry.js';
 import { runProbe } from '../probe/probe.js';
@@ -13,8 +13,12 @@ import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { parseBaseUrl } from '../probe/target/base-url.js';
 import { writeFileSync } from 'node:fs';
-import { exitCodeFor, summaryTable, toJson, toJunit } from './run-output.js';
-import { UsageError, positiveIntFlag } from './usage.js';
+import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from './run-output.js';
+import { RunCut } from '../probe/run-cut.js';
+import { forTerminal, oneLine } from '../terminal-text.js';
+import { UsageError, durationFlag, headerFlags, parseArgsMessage, positiveIntFlag } from './usage.js';
+import { DEFAULT_RUN_DEADLINE_MS, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS } from '../bounds.js';
+import { shownString } from '../shown-value.js';
 
 export const RUN_USAGE = `usage: kvcanary run --target URL [options]
 
@@ -23,8 +27,11 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --scenario NAME         repeatable; default all: ${SCENARIO_NAMES.join(', ')}
   --api-key-env VAR       read the API key from environment variable VAR (never logged)
   --tenant NAME=VAR       repeatable: probe as several tenants, each with the key in VAR
-  --header 'K: V'         repeatable extra request header
-  --timeout DURATION      per-request deadline (default 60s), e.g. 30s, 2m
+  --header 'K: V'         repeatable extra request header; every value is treated as a secret (kept out of all
+                          output) unless the name is a known non-secret one (Accept, User-Agent, X-Request-Id, ...)
+  --timeout DURATION      per-request deadline (default 60s, at most 24h), e.g. 30s, 2m
+  --deadline DURATION     the whole run's deadline (default 15m, at most 24h): when it passes, everything in
+                          flight is aborted and the run ends inconclusive (reason "deadline") with what it had
   --budget TOKENS         most prompt+completion tokens this run may spend (default 5000000)
   --planter-tokens N      prompt tokens per planter (default: sized from the KV pool)
   --rounds N              abort-race rounds (default 4)
@@ -33,9 +40,13 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --fail-on SEVERITY      exit 1 only for a finding at or above it: critical, high, warning (default), info;
                           every finding is still listed
   --junit FILE            also write a JUnit XML report (a testcase per scenario) to FILE
-  -q, --quiet             no progress on stderr
+  -q, --quiet             no progress on stderr, and the verdict as one line (with its reason, e.g.
+                          "INCONCLUSIVE (unreachable)") instead of the table
 
-exit codes: 0 pass, 1 finding(s) at or above --fail-on, 2 inconclusive (or nothing applicable), 64 bad usage`;
+  --debug                 on an internal error, print the stack too (or KVCANARY_DEBUG=1)
+
+exit codes: 0 pass, 1 finding(s) at or above --fail-on, 2 inconclusive (or nothing applicable; also a dead
+endpoint or the deadline), 64 bad usage, 70 internal error`;
 
 export async function runMain(args: string[]): Promise<number> {
   let opts: RunOptions;
@@ -54,10 +65,13 @@ export async function runMain(args: string[]): Promise<number> {
   }
   const registry = createMarkerRegistry();
   const controller = new AbortController();
-  const stop = (): void => controller.abort();
+  const stop = (): void => controller.abort(new RunCut('deadline', 'interrupted (signal): in-flight requests were aborted'));
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
-  const progress = opts.quiet ? () => {} : (m: string) => process.stderr.write(`  ${m}\n`);
+  // The run's own deadline: everything in flight is aborted and the run ends inconclusive with what it had.
+  const deadline = setTimeout(() => controller.abort(new RunCut('deadline', `deadline: the run's --deadline (${formatDuration(opts.deadlineMs)}) passed; in-flight requests were aborted`)), opts.deadlineMs);
+  // Target-supplied text (model ids, notes) is stripped of control characters before it reaches a terminal.
+  const progress = opts.quiet ? () => {} : (m: string) => process.stderr.write(`  ${oneLine(m)}\n`);
   try {
     const run = await runProbe(
       {
@@ -73,11 +87,12 @@ export async function runMain(args: string[]): Promise<number> {
       },
       { target: opts.target, scenarios: opts.scenarios, runId: `run-${randomUUID()}`, signal: controller.signal, tokenBudget: opts.budget },
     );
-    process.stderr.write(summaryTable(run) + '\n');
+    process.stderr.write(forTerminal(opts.quiet ? quietLine(run) : summaryTable(run)) + '\n');
     if (opts.json) process.stdout.write(JSON.stringify(toJson(run), null, 2) + '\n');
     if (opts.junit !== undefined) writeFileSync(opts.junit, toJunit(run, opts.failOn));
     return exitCodeFor(run, opts.failOn);
   } finally {
+    clearTimeout(deadline);
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);
   }
@@ -88,6 +103,8 @@ interface RunOptions {
   target: TargetConfig;
   scenarios: string[];
   timeoutMs: number;
+  /** The whole run ends after this: in-flight requests aborted, inconclusive with what it had. */
+  deadlineMs: number;
   budget: number;
   planterTokens?: number;
   rounds?: number;
@@ -113,6 +130,7 @@ export function parseRunArgs(args: string[]): RunOptions {
         tenant: { type: 'string', multiple: true },
         header: { type: 'string', multiple: true },
         timeout: { type: 'string' },
+        deadline: { type: 'string' },
         budget: { type: 'string' },
         'planter-tokens': { type: 'string' },
         rounds: { type: 'string' },
@@ -125,7 +143,7 @@ export function parseRunArgs(args: string[]): RunOptions {
       },
     });
   } catch (err) {
-    throw new UsageError((err as Error).message);
+    throw new UsageError(parseArgsMessage(err));
   }
   const v = parsed.values;
   if (v.help) return { help: true } as RunOptions;
@@ -137,33 +155,29 @@ export function parseRunArgs(args: string[]): RunOptions {
   }
   const scenarios = v.scenario ?? [...SCENARIO_NAMES];
   for (const s of scenarios) {
-    if (!SCENARIO_NAMES.includes(s)) throw new UsageError(`--scenario: unknown scenario '${s}' (expected one of ${SCENARIO_NAMES.join(', ')})`);
+    if (!SCENARIO_NAMES.includes(s)) throw new UsageError(`--scenario: unknown scenario ${shownString(s)} (expected one of ${SCENARIO_NAMES.join(', ')})`);
   }
   const envName = /^[A-Za-z_][A-Za-z0-9_]*$/;
   const apiKeyEnv = v['api-key-env'];
   if (apiKeyEnv !== undefined) {
-    if (!envName.test(apiKeyEnv)) throw new UsageError(`--api-key-env: expected an environment variable name, got '${apiKeyEnv}'`);
+    // Never echo it: the usual mistake is pasting the key itself here.
+    if (!envName.test(apiKeyEnv)) throw new UsageError('--api-key-env: expected the NAME of an environment variable (letters, digits, _), got something else (not shown: it may be a key)');
     if (!process.env[apiKeyEnv]) throw new UsageError(`--api-key-env: environment variable ${apiKeyEnv} is not set`);
   }
   const tenants: TenantConfig[] = (v.tenant ?? []).map((t) => {
     const m = /^([a-zA-Z0-9_.-]{1,64})=([A-Za-z_][A-Za-z0-9_]*)$/.exec(t);
-    if (m === null) throw new UsageError(`--tenant: expected NAME=ENV_VAR, got '${t}'`);
+    if (m === null) {
+      const name = /^([a-zA-Z0-9_.-]{1,64})=/.exec(t)?.[1];
+      throw new UsageError(name === undefined
+        ? '--tenant: expected NAME=ENV_VAR (tenant name [a-zA-Z0-9_.-]{1,64}), got something else (not shown: it may hold a key)'
+        : `--tenant ${name}: expected NAME=ENV_VAR, the NAME of an environment variable after '=' (the value is not shown: it may be a key)`);
+    }
     if (!process.env[m[2]!]) throw new UsageError(`--tenant ${m[1]}: environment variable ${m[2]} is not set`);
     return { name: m[1]!, apiKeyEnv: m[2]! };
   });
-  const headers: Record<string, string> = {};
-  for (const h of v.header ?? []) {
-    const i = h.indexOf(':');
-    const name = i > 0 ? h.slice(0, i).trim() : '';
-    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new UsageError(`--header: expected 'Name: value', got '${h.slice(0, 40)}'`);
-    headers[name] = h.slice(i + 1).trim();
-  }
-  let timeoutMs = 60_000;
-  if (v.timeout !== undefined) {
-    const t = parseDuration(v.timeout);
-    if (t === undefined || t <= 0) throw new UsageError(`--timeout: expected a duration like 30s or 2m, got '${v.timeout}'`);
-    timeoutMs = t;
-  }
+  const headers = headerFlags(v.header ?? [], apiKeyEnv !== undefined || tenants.some((t) => t.apiKeyEnv !== undefined));
+  const timeoutMs = v.timeout === undefined ? 60_000 : durationFlag('--timeout', v.timeout, 1, MAX_REQUEST_TIMEOUT_MS);
+  const deadlineMs = v.deadline === undefined ? DEFAULT_RUN_DEADLINE_MS : durationFlag('--deadline', v.deadline, 1000, MAX_RUN_DEADLINE_MS);
   const failOn = (v['fail-on'] ?? 'warning') as Severity;
   if (!SEVERITIES.includes(failOn)) throw new UsageError(`--fail-on: expected one of ${SEVERITIES.join(', ')}`);
   if (v.junit !== undefined && v.junit.trim() === '') throw new UsageError('--junit: expected a file path');
@@ -183,6 +197,7 @@ export function parseRunArgs(args: string[]): RunOptions {
     target,
     scenarios,
     timeoutMs,
+    deadlineMs,
     budget: v.budget === undefined ? 5_000_000 : positiveIntFlag('--budget', v.budget),
     ...(v['planter-tokens'] !== undefined ? { planterTokens: positiveIntFlag('--planter-tokens', v['planter-tokens']) } : {}),
     ...(v.rounds !== undefined ? { rounds: positiveIntFlag('--rounds', v.rounds) } : {}),

@@ -9,7 +9,10 @@
  */
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
-import { ConfigError, loadConfig, parseConfig, type ServiceConfig } from '../service/config.js';
+import { ConfigError, configSecrets, formatDuration, loadConfig, parseConfig, type ServiceConfig } from '../service/config.js';
+import { DEFAULT_SHUTDOWN_GRACE_MS } from '../bounds.js';
+import { RunCut } from '../probe/run-cut.js';
+import { oneLine } from '../terminal-text.js';
 import { createLogger } from '../service/logger.js';
 import { createMarkerRegistry } from '../probe/marker-registry.js';
 import { createProbe } from '../probe/probe.js';
@@ -17,7 +20,9 @@ import type { ProbeRun } from '../probe/result.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { createService, type ProbeDeps } from '../service/service.js';
-import { UsageError } from './usage.js';
+import { parseArgsMessage, UsageError } from './usage.js';
+import { MAX_PORT } from '../bounds.js';
+import { shownString } from '../shown-value.js';
 
 const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT]
 
@@ -32,9 +37,11 @@ export async function serveMain(args: string[]): Promise<number> {
     v = parseArgs({ args, strict: true, allowPositionals: false, options: {
       config: { type: 'string' }, listen: { type: 'string' }, help: { type: 'boolean', short: 'h', default: false },
     } }).values;
-    if (v.listen !== undefined && !/^[^:\s]+:\d{1,5}$/.test(v.listen)) throw new UsageError(`--listen: expected HOST:PORT, got '${v.listen}'`);
+    if (v.listen !== undefined && (!/^[^:\s]+:\d{1,5}$/.test(v.listen) || Number(v.listen.slice(v.listen.lastIndexOf(':') + 1)) > MAX_PORT)) {
+      throw new UsageError(`--listen: expected HOST:PORT with a port from 0 to ${MAX_PORT}, got ${shownString(v.listen)}`);
+    }
   } catch (err) {
-    process.stderr.write(`kvcanary serve: ${(err as Error).message}\n\n${USAGE}\n`);
+    process.stderr.write(`kvcanary serve: ${err instanceof UsageError ? err.message : parseArgsMessage(err)}\n\n${USAGE}\n`);
     return EXIT.usage;
   }
   if (v.help) {
@@ -65,23 +72,34 @@ export async function serveMain(args: string[]): Promise<number> {
     throw err;
   }
 
-  const logger = createLogger({ level: config.log.level, destination: process.stderr });
-  const service = await createService({
-    config,
-    logger,
-    createProbe: ({ store, logger: log, config: current }) => {
-      const registry = createMarkerRegistry();
-      const since = Date.now() - current().store.retentionMs;
-      registry.add(store.loadMarkers(since));
-      return createProbe({
-        registry,
-        scanner: createScanner(registry),
-        onMarkers: (rows) => store.recordMarkers(rows),
-        progress: (m) => log.debug({ progress: m }, 'probe progress'),
-      });
-    },
-    onRun: (run) => printFindings(run),
-  } satisfies Parameters<typeof createService>[0] & { createProbe: (d: ProbeDeps) => unknown });
+  // The logger scrubs every configured secret (keys, secret header values, URL credentials) from each line.
+  let current = config;
+  const logger = createLogger({ level: config.log.level, destination: process.stderr, secrets: () => configSecrets(current) });
+  // SIGTERM: stop starting work at once; after the grace, abort what is in flight (recorded inconclusive).
+  const shutdown = new AbortController();
+  let service: Awaited<ReturnType<typeof createService>>;
+  try {
+    service = await createService({
+      config,
+      logger,
+      createProbe: ({ store, logger: log, config: now }) => {
+        const registry = createMarkerRegistry();
+        const since = Date.now() - now().store.retentionMs;
+        registry.add(store.loadMarkers(since));
+        const probe = createProbe({
+          registry,
+          scanner: createScanner(registry),
+          onMarkers: (rows) => store.recordMarkers(rows),
+          progress: (m) => log.debug({ progress: m }, 'probe progress'),
+        });
+        return (req) => probe({ ...req, signal: AbortSignal.any([req.signal, shutdown.signal]) });
+      },
+      onRun: (run) => printFindings(run),
+    } satisfies Parameters<typeof createService>[0] & { createProbe: (d: ProbeDeps) => unknown });
+  } catch (err) {
+    await Promise.all(engines.map((e) => e.close()));
+    throw err;
+  }
   process.stdout.write(`kvcanary serving ${service.url} (metrics ${service.url}metrics)\n`);
 
   return await new Promise<number>((resolve) => {
@@ -89,9 +107,15 @@ export async function serveMain(args: string[]): Promise<number> {
     const stop = (signal: string): void => {
       if (stopping) return;
       stopping = true;
-      logger.info({ signal }, 'draining in-flight probes');
+      const graceMs = current.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
+      logger.info({ signal, graceMs }, 'stopping: no new probes; in-flight probes are aborted after the shutdown grace');
+      const cut = setTimeout(() => {
+        logger.warn({ graceMs }, 'shutdown grace over: aborting in-flight probes (recorded inconclusive)');
+        shutdown.abort(new RunCut('deadline', `cut short by shutdown (${signal}) after the ${formatDuration(graceMs)} shutdown grace`));
+      }, graceMs);
       void service
         .stop()
+        .finally(() => clearTimeout(cut))
         .then(() => Promise.all(engines.map((e) => e.close())))
         .then(() => resolve(EXIT.pass), (err) => {
           logger.error({ err }, 'shutdown failed');
@@ -108,6 +132,7 @@ export async function serveMain(args: string[]): Promise<number> {
       loadConfig(v.config, { knownScenarios: SCENARIO_NAMES }).then(
         (next) => {
           service.reload(next);
+          current = next;
           logger.info({ targets: next.targets.map((t) => t.name) }, 'config reloaded');
         },
         (err) => logger.error({ err: err instanceof ConfigError ? err.message : String(err) }, 'config reload failed: keeping the old config'),
@@ -119,7 +144,7 @@ export async function serveMain(args: string[]): Promise<number> {
 function printFindings(run: ProbeRun): void {
   for (const s of run.scenarios) {
     for (const f of s.findings) {
-      process.stdout.write(`FINDING ${f.kind} target=${run.target} severity=${f.severity} scenario=${f.scenario}${f.evidence.match !== undefined ? ` match=${JSON.stringify(f.evidence.match.slice(0, 60))}` : ''}\n`);
+      process.stdout.write(oneLine(`FINDING ${f.kind} target=${run.target} severity=${f.severity} scenario=${f.scenario}${f.evidence.match !== undefined ? ` match=${JSON.stringify(f.evidence.match.slice(0, 60))}` : ''}`) + '\n');
     }
   }
 }

@@ -13,8 +13,11 @@ import { combineOutcomes, type ProbeRun, type ScenarioResult } from './result.js
 import type { Scanner } from './scanner.js';
 import type { ProbeTuning, ScenarioContext, Tenant, TokenBudget } from './scenarios/context.js';
 import { SCENARIOS } from './scenarios/index.js';
-import { createTargetClient } from './target/client.js';
 import { introspect } from './target/introspect.js';
+import { DEAD_AFTER_FAILURES } from '../bounds.js';
+import { createRedactor, targetSecrets } from './redactor.js';
+import { cutOf, cutSkipped, markCut, RunCut } from './run-cut.js';
+import { createLiveness, WatchedTargetClient, type Liveness } from './target/watched-client.js';
 
 export interface ProbeDeps {
   registry: MarkerRegistry;
@@ -38,16 +41,22 @@ export function createProbe(deps: ProbeDeps): ProbeFn {
 export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<ProbeRun> {
   const clock = deps.clock ?? (() => new Date());
   const now = deps.now ?? (() => performance.now());
-  const progress = deps.progress ?? (() => {});
   const startedAt = clock().toISOString();
   const { target } = req;
-  const tenants = buildTenants(target, deps.env ?? process.env, deps.requestTimeoutMs ?? target.schedule.timeoutMs);
+  const env = deps.env ?? process.env;
+  // Every secret the target's config refers to, scrubbed from progress and from the whole finished run.
+  const redactor = createRedactor(targetSecrets(target, env));
+  const progress = deps.progress === undefined ? () => {} : (m: string) => deps.progress!(redactor.text(m));
   // One cycle signal, listened to by every request in flight (dozens at once): lift the listener warning.
   const cycle = new AbortController();
   setMaxListeners(0, cycle.signal);
   const forward = (): void => cycle.abort(req.signal.reason);
   if (req.signal.aborted) forward();
   else req.signal.addEventListener('abort', forward, { once: true });
+  const liveness = createLiveness(DEAD_AFTER_FAILURES, (cut) => cycle.abort(cut));
+  const deadline = target.deadlineMs === undefined ? undefined
+    : setTimeout(() => cycle.abort(new RunCut('deadline', `deadline: the target's deadline (${Math.round(target.deadlineMs! / 1000)}s) passed; in-flight requests were aborted`)), target.deadlineMs);
+  const tenants = buildTenants(target, env, deps.requestTimeoutMs ?? target.schedule.timeoutMs, cycle.signal, liveness);
   try {
     // A target's `probe:` tuning from the config file, over the caller's defaults.
     const tuning = { ...deps.tuning, ...target.tuning };
@@ -55,8 +64,13 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
     for (const n of introspection.notes) progress(`introspection: ${n}`);
     const model = target.model ?? introspection.models[0];
     const scenarios: ScenarioResult[] = [];
-    if (model === undefined) {
-      for (const name of req.scenarios) scenarios.push(skipped(name, introspection.reachable ? 'no model given and /v1/models lists none' : 'endpoint unreachable'));
+    const cutAtStart = cutOf(cycle.signal);
+    if (model === undefined || cutAtStart !== undefined) {
+      for (const name of req.scenarios) {
+        scenarios.push(cutAtStart !== undefined ? cutSkipped(name, cutAtStart)
+          : introspection.reachable ? skipped(name, 'no model given and /v1/models lists none')
+          : { ...skipped(name, 'unreachable: the endpoint did not answer /v1/models'), reason: 'unreachable' });
+      }
     } else {
       const ctx: ScenarioContext = {
         runId: req.runId,
@@ -82,13 +96,20 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
           scenarios.push(skipped(name, `unknown scenario ${name}`));
           continue;
         }
+        const before = cutOf(cycle.signal);
+        if (before !== undefined) {
+          scenarios.push(cutSkipped(name, before));
+          continue;
+        }
         progress(`${name}: start`);
-        const result = await scenario(ctx);
+        let result = await scenario(ctx);
+        const cut = cutOf(cycle.signal);
+        if (cut !== undefined) result = markCut(result, cut);
         progress(`${name}: ${result.outcome}${result.findings.length > 0 ? ` (${result.findings.length} finding(s))` : ''}`);
         scenarios.push(result);
       }
     }
-    return {
+    return redactor.deep({
       runId: req.runId,
       target: target.name,
       baseUrl: tenants[0]!.client.root,
@@ -103,14 +124,15 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         ...(introspection.pageSize !== undefined ? { pageSize: introspection.pageSize } : {}),
       },
       up: introspection.reachable,
-    };
+    } satisfies ProbeRun);
   } finally {
+    if (deadline !== undefined) clearTimeout(deadline);
     req.signal.removeEventListener('abort', forward);
     await Promise.all(tenants.map((t) => t.client.close()));
   }
 }
 
-function buildTenants(target: TargetConfig, env: Record<string, string | undefined>, timeoutMs: number): Tenant[] {
+function buildTenants(target: TargetConfig, env: Record<string, string | undefined>, timeoutMs: number, signal: AbortSignal, liveness: Liveness): Tenant[] {
   const keyOf = (name: string | undefined): string | undefined => (name === undefined ? undefined : env[name] || undefined);
   // keyId: an opaque label, equal for tenants that send the same key (the first such tenant's name), never the key.
   const keyIds = new Map<string | undefined, string>();
@@ -118,7 +140,7 @@ function buildTenants(target: TargetConfig, env: Record<string, string | undefin
     if (!keyIds.has(apiKey)) keyIds.set(apiKey, apiKey === undefined ? '(none)' : name);
     return {
       name,
-      client: createTargetClient({ baseUrl: target.baseUrl, headers: target.headers, timeoutMs, ...(apiKey !== undefined ? { apiKey } : {}) }),
+      client: new WatchedTargetClient({ baseUrl: target.baseUrl, headers: target.headers, timeoutMs, ...(apiKey !== undefined ? { apiKey } : {}) }, signal, liveness),
       extraBody,
       keyId: keyIds.get(apiKey)!,
     };

@@ -52,13 +52,22 @@
  *     interleave_waves: [2, 4, 8]   # concurrent-interleave: requests in flight together, one wave each
  *     churn_rounds: 2               # prefix-churn rounds per cycle
  *
+ *   allowed_hosts: [canary.internal] # Host names the status server also answers under (besides its listen
+ *                                   # address and localhost); any other Host gets 421 (DNS rebinding)
+ *   shutdown_grace: 10s             # SIGTERM: in-flight probes get this long, then are aborted and recorded inconclusive
+ *   (per target) deadline: 5m       # the cycle ends inconclusive with what it had after this (at most schedule.timeout)
+ *
  * Durations: a number and a unit (ms, s, m, h, d), optionally chained: 500ms, 30s, 5m, 1h30m, 7d. Schedule
- * durations are at most 7d (interval at least 1s); retention at least 1m.
+ * durations are at most 7d (interval at least 1s; timeout at most 24h, the client's request limit); retention
+ * at least 1m. A config file is at most 1 MiB and names at most 1000 targets.
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseDocument } from 'yaml';
 import type { ProbeTuning } from '../probe/scenarios/context.js';
+import { DEFAULT_SHUTDOWN_GRACE_MS, MAX_CONFIG_BYTES, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS, MAX_SHUTDOWN_GRACE_MS, MAX_TARGETS } from '../bounds.js';
+import { describeValue } from '../shown-value.js';
+import { targetSecrets } from '../probe/redactor.js';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
@@ -94,6 +103,8 @@ export interface TargetConfig {
   scenarios: string[];
   /** Probe tuning for this target (the top-level `probe` merged with the target's own). */
   tuning?: ProbeTuning;
+  /** `deadline:` the whole cycle ends (inconclusive with what it had) after this; at most the schedule timeout. */
+  deadlineMs?: number;
 }
 
 export interface ServiceConfig {
@@ -105,6 +116,10 @@ export interface ServiceConfig {
   concurrency: { global: number; perTarget: number };
   scenarios: string[];
   targets: TargetConfig[];
+  /** `allowed_hosts:` extra Host names the status server answers under (besides its listen address and localhost). */
+  allowedHosts?: string[];
+  /** `shutdown_grace:` SIGTERM waits this long for in-flight probes, then aborts them. @default 10s */
+  shutdownGraceMs?: number;
 }
 
 export interface ConfigIssue {
@@ -136,6 +151,8 @@ export class ConfigError extends Error {
 export interface ParseConfigOptions {
   /** Environment used to check that api_key_env variables are set. @default process.env */
   env?: Record<string, string | undefined>;
+  /** Check that every api_key_env variable is set (serve, run). check-config and report only need it named. @default true */
+  requireSecrets?: boolean;
   /** Scenario names the prober knows; anything else is rejected. */
   knownScenarios: readonly string[];
   /** Scenarios run when the config names none. @default knownScenarios */
@@ -160,8 +177,6 @@ export const DEFAULTS = {
 const NAME_RE = /^[a-zA-Z0-9_.-]{1,64}$/;
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const HEADER_NAME_RE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
-/** Header names whose values are credentials: kept out of logs, metrics and the store like API keys. */
-const SECRET_HEADER_RE = /authorization|api[-_]?key|token|secret|cookie|password/i;
 /** Set by the client itself from the body or api_key_env; a config value would conflict or hold a key. */
 const RESERVED_HEADERS = new Set(['authorization', 'host', 'content-length', 'content-type', 'transfer-encoding', 'connection', 'accept-encoding']);
 
@@ -195,8 +210,14 @@ export function formatDuration(ms: number): string {
 export async function loadConfig(file: string, opts: ParseConfigOptions): Promise<ServiceConfig> {
   let text: string;
   try {
+    // A huge file is refused before it is read (parsing 10 MB of YAML takes seconds and a gigabyte).
+    const size = (await stat(file)).size;
+    if (size > MAX_CONFIG_BYTES) {
+      throw new ConfigError('KVC_CONFIG_INVALID', [{ path: '', message: `the config is ${size} bytes: at most ${MAX_CONFIG_BYTES} are accepted` }], { file });
+    }
     text = await readFile(file, 'utf8');
   } catch (err) {
+    if (err instanceof ConfigError) throw err;
     const reason = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'file not found' : `cannot read: ${(err as Error).message}`;
     throw new ConfigError('KVC_CONFIG_UNREADABLE', [{ path: '', message: reason }], { file, cause: err });
   }
@@ -209,6 +230,9 @@ export async function loadConfig(file: string, opts: ParseConfigOptions): Promis
 }
 
 export function parseConfig(text: string, opts: ParseConfigOptions): ServiceConfig {
+  if (text.length > MAX_CONFIG_BYTES) {
+    throw new ConfigError('KVC_CONFIG_INVALID', [{ path: '', message: `the config is ${text.length} bytes: at most ${MAX_CONFIG_BYTES} are accepted` }]);
+  }
   const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   if (doc.errors.length > 0) {
     throw new ConfigError('KVC_CONFIG_SYNTAX', doc.errors.map((e) => ({
@@ -216,7 +240,13 @@ export function parseConfig(text: string, opts: ParseConfigOptions): ServiceConf
       message: `YAML ${e.code}: ${e.message.split('\n')[0] ?? ''}`,
     })));
   }
-  const raw: unknown = doc.toJS({ maxAliasCount: 100 });
+  let raw: unknown;
+  try {
+    raw = doc.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    // yaml throws a ReferenceError on an alias bomb (too many alias expansions) or an unresolved alias.
+    throw new ConfigError('KVC_CONFIG_SYNTAX', [{ path: '', message: `YAML aliases: ${(err as Error).message.split('\n')[0] ?? ''}` }], { cause: err });
+  }
   const v = new Validator(opts);
   const config = v.root(raw);
   if (v.issues.length > 0 || config === undefined) {
@@ -230,29 +260,17 @@ export function parseConfig(text: string, opts: ParseConfigOptions): ServiceConf
  * the logger and the store scrub these from anything they write.
  */
 export function configSecrets(config: ServiceConfig, env: Record<string, string | undefined> = process.env): string[] {
-  const out = new Set<string>();
-  const add = (v: string | undefined): void => { if (v !== undefined && v !== '') out.add(v); };
-  for (const t of config.targets) {
-    if (t.apiKeyEnv !== undefined) add(env[t.apiKeyEnv]);
-    for (const tenant of t.tenants) if (tenant.apiKeyEnv !== undefined) add(env[tenant.apiKeyEnv]);
-    for (const [k, v] of Object.entries(t.headers)) if (SECRET_HEADER_RE.test(k)) add(v);
-  }
-  return [...out];
+  // Every header value not on the non-secret allow-list counts (redactor.ts), and URL credentials.
+  return [...new Set(config.targets.flatMap((t) => targetSecrets(t, env)))];
 }
 
 // ---------------------------------------------------------------------------------------------------------
 
 type Obj = Record<string, unknown>;
 
+/** A value for a message: short harmless strings are shown, anything that could be a key is described. */
 function describe(value: unknown): string {
-  if (value === null || value === undefined) return 'nothing (empty value)';
-  if (Array.isArray(value)) return `a list of ${value.length}`;
-  if (typeof value === 'object') return 'a mapping';
-  if (typeof value === 'string') {
-    const shown = value.length > 40 ? `${value.slice(0, 40)}…` : value;
-    return `${JSON.stringify(shown)} (string)`;
-  }
-  return `\`${String(value)}\` (${typeof value})`;
+  return describeValue(value);
 }
 
 function levenshtein(a: string, b: string): number {
@@ -361,7 +379,7 @@ class Validator {
       return this.fail(p, `expected the NAME of an environment variable (letters, digits, _), got ${typeof value === 'string' ? 'a value that is not a variable name (not shown: it may be a key)' : describe(value)}`);
     }
     const set = this.env[value];
-    if (set === undefined || set === '') return this.fail(p, `environment variable ${value} is not set`);
+    if (this.opts.requireSecrets !== false && (set === undefined || set === '')) return this.fail(p, `environment variable ${value} is not set`);
     return value;
   }
 
@@ -400,7 +418,8 @@ class Validator {
         const inherited = base?.[`${k}Ms`];
         return inherited ?? parseDuration(dflt);
       }
-      return this.duration(o[k], join(p, k), min);
+      // The client refuses a request deadline above 24h: a longer cycle timeout would validate, then fail every cycle.
+      return this.duration(o[k], join(p, k), min, k === 'timeout' ? MAX_REQUEST_TIMEOUT_MS : undefined);
     };
     const intervalMs = field('interval', 1000, DEFAULTS.interval);
     const timeoutMs = field('timeout', 1, DEFAULTS.timeout);
@@ -527,7 +546,7 @@ class Validator {
   }
 
   private target(value: unknown, p: string, defaults: TargetDefaults): TargetConfig | undefined {
-    const o = this.object(value, p, ['name', 'base_url', 'model', 'api_key_env', 'headers', 'tenants', 'schedule', 'budget', 'scenarios', 'probe']);
+    const o = this.object(value, p, ['name', 'base_url', 'model', 'api_key_env', 'headers', 'tenants', 'schedule', 'budget', 'scenarios', 'probe', 'deadline']);
     if (o === undefined) return undefined;
     let name: string | undefined;
     if (o.name === undefined) this.fail(join(p, 'name'), 'required');
@@ -548,12 +567,18 @@ class Validator {
     if (tuning !== undefined && Object.keys(tuning).length > 0) t.tuning = tuning;
     if (model !== undefined) t.model = model;
     if (apiKeyEnv !== undefined) t.apiKeyEnv = apiKeyEnv;
+    if (o.deadline !== undefined) {
+      const d = this.duration(o.deadline, join(p, 'deadline'), 1000, MAX_RUN_DEADLINE_MS);
+      if (d === undefined) return undefined;
+      // Bounded by the cycle timeout: the scheduler ends the cycle then anyway.
+      t.deadlineMs = Math.min(d, schedule.timeoutMs);
+    }
     return t;
   }
 
   root(raw: unknown): ServiceConfig | undefined {
     if (raw === null || raw === undefined) return this.fail('', 'the config is empty: expected a mapping with at least `targets`');
-    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets']);
+    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets', 'allowed_hosts', 'shutdown_grace']);
     if (o === undefined) return undefined;
 
     const listen = this.listen(o.listen ?? DEFAULTS.listen, 'listen');
@@ -596,6 +621,7 @@ class Validator {
     let targets: TargetConfig[] | undefined;
     if (o.targets === undefined) this.fail('targets', 'required: a list of at least one target ({name, base_url, ...})');
     else if (!Array.isArray(o.targets) || o.targets.length === 0) this.fail('targets', `expected a non-empty list of targets, got ${describe(o.targets)}`);
+    else if (o.targets.length > MAX_TARGETS) this.fail('targets', `expected at most ${MAX_TARGETS} targets, got ${o.targets.length}`);
     else {
       // Targets are validated even when a default above is broken, so one pass reports everything.
       const defaults: TargetDefaults = {};
@@ -617,6 +643,25 @@ class Validator {
 
     if (listen === undefined || store === undefined || log === undefined || schedule === undefined || budget === undefined
       || concurrency === undefined || scenarios === undefined || targets === undefined || (o.probe !== undefined && tuning === undefined)) return undefined;
-    return { listen, store, log, schedule, budget, concurrency, scenarios, targets };
+    const extra = this.serviceExtras(o);
+    if (extra === undefined) return undefined;
+    return { listen, store, log, schedule, budget, concurrency, scenarios, targets, ...extra };
+  }
+
+  /** `allowed_hosts:` and `shutdown_grace:`. */
+  private serviceExtras(o: Obj): Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs'> | undefined {
+    const before = this.issues.length;
+    const out: Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs'> = {};
+    if (o.allowed_hosts !== undefined) {
+      const hosts = o.allowed_hosts;
+      if (!Array.isArray(hosts) || hosts.length > 64 || !hosts.every((h) => typeof h === 'string' && /^[A-Za-z0-9.-]{1,253}$/.test(h))) {
+        this.fail('allowed_hosts', 'expected a list of at most 64 host names (letters, digits, dots, dashes; no port)');
+      } else {
+        out.allowedHosts = hosts.map((h: string) => h.toLowerCase());
+      }
+    }
+    const grace = this.duration(o.shutdown_grace ?? `${DEFAULT_SHUTDOWN_GRACE_MS}ms`, 'shutdown_grace', 0, MAX_SHUTDOWN_GRACE_MS);
+    if (grace !== undefined) out.shutdownGraceMs = grace;
+    return this.issues.length === before ? out : undefined;
   }
 }

@@ -49,3 +49,9 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     hooks: { streamWrite: (line) => scrubSecrets(line, secretsOf()) },
   }, stream as DestinationStream);
 }
+
+/** The log level a finding of this severity is logged at: critical and high → error, warning → warn, info → info. */
+export function levelForSeverity(severity: string): 'error' | 'warn' | 'info' {
+  if (severity === 'critical' || severity === 'high') return 'error';
+  return severity === 'info' ? 'info' : 'warn';
+}

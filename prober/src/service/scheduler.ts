@@ -26,6 +26,7 @@ import PQueue from 'p-queue';
 import type { Logger } from 'pino';
 import { TokenBudget, WINDOW_MS, costOf } from './budget.js';
 import { formatDuration, type ServiceConfig, type TargetConfig } from './config.js';
+import { levelForSeverity } from './logger.js';
 import type { Finding } from '../probe/findings.js';
 import { forgetTarget, initTargetMetrics, observeFindings, observeRun, type Metrics, type SkipReason } from './metrics.js';
 import type { ProbeFn } from '../probe/probe-fn.js';
@@ -367,7 +368,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
 
   function logFinding(target: string, runId: string, f: Finding): void {
     // Kind, target and severity only: the evidence (someone else's data, perhaps) stays in the store.
-    logger.warn({ target, runId, scenario: f.scenario, kind: f.kind, severity: f.severity, chance: f.chance },
+    logger[levelForSeverity(f.severity)]({ target, runId, scenario: f.scenario, kind: f.kind, severity: f.severity, chance: f.chance },
       `finding ${f.kind} (${f.severity}) on ${target}`);
   }
 

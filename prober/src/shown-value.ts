@@ -1,0 +1,32 @@
+/**
+ * What a usage or config error may show of the value it rejects. A value that could be a key (a long run of
+ * key-ish characters, a known key prefix, a URL with credentials) is described, never echoed: operators paste
+ * keys into the wrong flag, and error lines end up in CI logs.
+ */
+import { oneLine } from './terminal-text.js';
+
+const KEY_PREFIX = /^(?:sk|pk|rk|hf|ghp|gho|ghs|xox[abp]|AKIA|AIza|eyJ)[-_A-Za-z0-9]/;
+
+/** True for anything that might be a credential. */
+export function couldBeKey(s: string): boolean {
+  if (KEY_PREFIX.test(s)) return true;
+  if (/:\/\/[^/\s]*@/.test(s)) return true;  // user:password@host
+  if (/\b(?:Bearer|Basic)\s/i.test(s)) return true;
+  // A long unbroken run of token characters holding digits (words and paths rarely do).
+  return /[A-Za-z0-9_+/=.~-]{20,}/.test(s) && /\d/.test(s) && /[A-Za-z]/.test(s);
+}
+
+/** A value for an error message: a short harmless string in quotes; anything else by its shape. */
+export function describeValue(value: unknown): string {
+  if (value === null || value === undefined) return 'nothing (empty value)';
+  if (Array.isArray(value)) return `a list of ${value.length}`;
+  if (typeof value === 'object') return 'a mapping';
+  if (typeof value === 'string') return `${shownString(value)} (string)`;
+  return `\`${oneLine(String(value)).slice(0, 40)}\` (${typeof value})`;
+}
+
+/** A string as an error message may show it: quoted if harmless, else "a value of N characters (not shown…)". */
+export function shownString(value: string): string {
+  if (value.length > 60 || couldBeKey(value)) return `a value of ${value.length} characters (not shown: it may be a key)`;
+  return JSON.stringify(oneLine(value));
+}
