@@ -11,11 +11,11 @@ import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
 import { ConfigError, loadConfig, parseConfig, type ServiceConfig } from '../service/config.js';
 import { createLogger } from '../service/logger.js';
-import { createMarkerRegistry } from '../probe/marker-registry.js';
 import { createProbe } from '../probe/probe.js';
 import type { ProbeRun } from '../probe/result.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
+import { createInstallationRegistry, persistPlantings } from '../service/installation.js';
 import { createService, type ProbeDeps } from '../service/service.js';
 import { UsageError } from './usage.js';
 
@@ -70,13 +70,12 @@ export async function serveMain(args: string[]): Promise<number> {
     config,
     logger,
     createProbe: ({ store, logger: log, config: current }) => {
-      const registry = createMarkerRegistry();
-      const since = Date.now() - current().store.retentionMs;
-      registry.add(store.loadMarkers(since));
+      // The installation key: markers of any earlier run (or `kvcanary run`) decrypt and are attributed.
+      const registry = createInstallationRegistry({ store, since: Date.now() - current().store.retentionMs });
       return createProbe({
         registry,
         scanner: createScanner(registry),
-        onMarkers: (rows) => store.recordMarkers(rows),
+        onMarkers: persistPlantings(store),
         progress: (m) => log.debug({ progress: m }, 'probe progress'),
       });
     },
