@@ -209,21 +209,22 @@ ${extra}`;
     expect(log.text()).toContain('kvcanary service stopped');
   });
 
-  it('hands a probe factory the store, so the probe can persist and reload markers', async () => {
+  it('hands a probe factory the store, so the probe can persist and reload plantings', async () => {
     const storePath = path.join(dir, 'svc4', 'kvcanary.sqlite');
     const config = parseConfig(yaml(storePath), { knownScenarios: KNOWN, env });
     const seen: ProbeRun[] = [];
     const svc = await createService({
       config, env, logger: quietLogger().logger, onRun: (r) => { seen.push(r); },
       createProbe: ({ store }) => async (req) => {
-        store.recordMarkers([{ marker: `kvcanary-${req.scenarios[0]!}`, runId: req.runId, requestId: 'q1', role: 'planter', tenant: 'default', plantedAt: new Date().toISOString() }]);
+        const requestNo = req.scenarios[0] === 'capacity-audit' ? '00000000000000c1' : '00000000000000c2';
+        store.recordPlantings([{ requestNo, runId: req.runId, requestId: `q-${req.scenarios[0]!}`, role: 'planter', tenant: 'default', plantedAt: new Date().toISOString(), markerCount: 3 }]);
         return probe(req);
       },
     });
     closers.push(() => svc.stop());
     await vi.waitFor(() => expect(seen).toHaveLength(1));
-    expect(svc.store.loadMarkers(0).map((m) => `${m.marker} ${m.runId}`).sort()).toEqual([
-      `kvcanary-capacity-audit ${seen[0]!.runId}`, `kvcanary-overlimit-handoff ${seen[0]!.runId}`,
+    expect(svc.store.loadPlantings(0).map((m) => `${m.requestId} ${m.runId}`).sort()).toEqual([
+      `q-capacity-audit ${seen[0]!.runId}`, `q-overlimit-handoff ${seen[0]!.runId}`,
     ]);
   });
 

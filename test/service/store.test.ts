@@ -101,6 +101,52 @@ describe('store: file, pragmas and migrations', () => {
     store.close();
   });
 
+  it('migrates a version-2 store with marker rows to one planting row per request (migration 3)', () => {
+    const p = dbPath();
+    mkdirSync(path.dirname(p), { recursive: true });
+    const v2 = new Database(p);
+    v2.exec(`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);
+      CREATE TABLE runs (run_id TEXT PRIMARY KEY, target TEXT NOT NULL, base_url TEXT NOT NULL, model TEXT NOT NULL, started_at TEXT NOT NULL,
+        finished_at TEXT NOT NULL, outcome TEXT NOT NULL CHECK (outcome IN ('pass', 'fail', 'inconclusive', 'not-applicable')), up INTEGER NOT NULL, capacity TEXT NOT NULL);
+      CREATE INDEX runs_target_started ON runs (target, started_at); CREATE INDEX runs_started ON runs (started_at);
+      CREATE TABLE scenario_runs (run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE, scenario TEXT NOT NULL,
+        outcome TEXT NOT NULL CHECK (outcome IN ('pass', 'fail', 'inconclusive', 'not-applicable')), duration_ms REAL NOT NULL, tokens_sent INTEGER NOT NULL,
+        tokens_billed INTEGER NOT NULL, notes TEXT NOT NULL, power TEXT, reason TEXT, PRIMARY KEY (run_id, scenario));
+      CREATE TABLE requests (run_id TEXT NOT NULL, scenario TEXT NOT NULL, request_id TEXT NOT NULL, role TEXT NOT NULL, tenant TEXT NOT NULL,
+        transport TEXT NOT NULL, status INTEGER, prompt_tokens INTEGER, usage_prompt_tokens INTEGER, usage_completion_tokens INTEGER,
+        cached_tokens INTEGER, latency_ms REAL, ttft_ms REAL, finish_reason TEXT, error TEXT, at TEXT NOT NULL);
+      CREATE TABLE markers (marker TEXT PRIMARY KEY, run_id TEXT NOT NULL, request_id TEXT NOT NULL, role TEXT NOT NULL, tenant TEXT NOT NULL, planted_at TEXT NOT NULL);
+      CREATE INDEX markers_planted ON markers (planted_at);
+      CREATE TABLE findings (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs (run_id), target TEXT NOT NULL,
+        scenario TEXT NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL, evidence TEXT NOT NULL, chance REAL NOT NULL, at TEXT NOT NULL);
+      INSERT INTO schema_migrations VALUES (1, 'v1', '2026-01-01T00:00:00Z'), (2, 'v2', '2026-01-01T00:00:00Z');
+      INSERT INTO runs VALUES ('old', 't', 'http://x', 'm', '2026-01-01T00:00:00.000Z', '2026-01-01T00:01:00.000Z', 'fail', 1, '{}');`);
+    const insert = v2.prepare('INSERT INTO markers VALUES (?, ?, ?, ?, ?, ?)');
+    for (let i = 0; i < 300; i++) insert.run(`kvcanary-${String(i).padStart(26, 'a')}`, 'old', `planter-${i % 3}`, 'planter', `tenant-${i % 3}`, `2026-01-01T00:00:${String(i % 60).padStart(2, '0')}.000Z`);
+    insert.run('kvcanary-' + 'b'.repeat(26), 'old', 'reader-1', 'reader', 'tenant-b', '2026-01-01T00:00:30.000Z');
+    v2.close();
+
+    const store = openStore({ path: p, retentionMs: 1000 * DAY });
+    expect(store.schemaVersion()).toBe(3);
+    store.close();
+    const db = new Database(p, { readonly: true });
+    expect(db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'markers'").get()).toEqual({ n: 0 });
+    const rows = db.prepare('SELECT request_id, role, tenant, planted_at, marker_count FROM plantings ORDER BY request_id').all();
+    db.close();
+    // Four requests planted 301 markers: four rows remain, each with its marker count and earliest time.
+    expect(rows).toEqual([
+      { request_id: 'planter-0', role: 'planter', tenant: 'tenant-0', planted_at: '2026-01-01T00:00:00.000Z', marker_count: 100 },
+      { request_id: 'planter-1', role: 'planter', tenant: 'tenant-1', planted_at: '2026-01-01T00:00:01.000Z', marker_count: 100 },
+      { request_id: 'planter-2', role: 'planter', tenant: 'tenant-2', planted_at: '2026-01-01T00:00:02.000Z', marker_count: 100 },
+      { request_id: 'reader-1', role: 'reader', tenant: 'tenant-b', planted_at: '2026-01-01T00:00:30.000Z', marker_count: 1 },
+    ]);
+    const reopened = openStore({ path: p, retentionMs: 1000 * DAY });
+    // Legacy rows cannot be re-derived (their markers were random): not loaded into a registry, pruned with age.
+    expect(reopened.loadPlantings(0)).toEqual([]);
+    expect(reopened.prune(Date.parse('2026-03-01T00:00:00Z'), DAY)).toEqual({ requests: 0, plantings: 4 });
+    reopened.close();
+  });
+
   it('reports a file that is not a database as KVC_STORE_OPEN', () => {
     const p = path.join(dir, 'garbage.sqlite');
     writeFileSync(p, 'x'.repeat(4096));
@@ -199,24 +245,30 @@ describe('store: runs, findings, markers', () => {
     expect(boundEvidence(e)).toEqual(e);
   });
 
-  it('registers markers idempotently, loads them by age and prunes requests and markers but keeps findings', () => {
+  it('records one planting row per request idempotently, loads them by age and prunes requests and plantings but keeps findings', () => {
     const store = fresh();
     const now = Date.parse('2026-01-10T00:00:00Z');
     const old = new Date(now - 2 * DAY).toISOString();
     const recent = new Date(now - 1000).toISOString();
-    const marker = (m: string, at: string) => ({ marker: m, runId: 'r', requestId: 'q', role: 'planter', tenant: 'default', plantedAt: at });
-    store.recordMarkers([marker('kvcanary-old', old), marker('kvcanary-new', recent)]);
-    store.recordMarkers([marker('kvcanary-new', recent)]);
-    expect(store.loadMarkers(0).map((m) => m.marker)).toEqual(['kvcanary-old', 'kvcanary-new']);
-    expect(store.loadMarkers(now - DAY)).toEqual([marker('kvcanary-new', new Date(recent).toISOString())]);
+    const planting = (requestNo: string, runId: string, at: string, markerCount: number) => ({ requestNo, runId, requestId: 'q-' + requestNo, role: 'planter', tenant: 'default', plantedAt: at, markerCount });
+    store.recordPlantings([planting('00000000000000a1', 'old', old, 10), planting('00000000000000b2', 'new', recent, 4)]);
+    // Seen again (a request that planted more markers since): one row, the larger count.
+    store.recordPlantings([planting('00000000000000b2', 'new', recent, 7), planting('00000000000000b2', 'new', recent, 5)]);
+    expect(store.loadPlantings(0).map((p) => [p.requestNo, p.markerCount])).toEqual([['00000000000000a1', 10], ['00000000000000b2', 7]]);
+    expect(store.loadPlantings(now - DAY)).toEqual([{ ...planting('00000000000000b2', 'new', recent, 7) }]);
+    expect(store.loadPlantings(0, { limit: 1 }).map((p) => p.requestNo)).toEqual(['00000000000000b2']);
+    expect(() => store.recordPlantings([planting('not-hex', 'x', recent, 1)])).toThrow(/16 hex digits/);
 
     store.recordRun(run('old', old, [scenario('abort-race', 'fail', [leak()])]));
     store.recordRun(run('new', recent, [scenario('abort-race', 'pass')]));
-    expect(store.prune(now)).toEqual({ requests: 1, markers: 1 });
-    expect(store.loadMarkers(0).map((m) => m.marker)).toEqual(['kvcanary-new']);
+    // Attribution joins the planting's run: its target (and base URL) where the run is recorded.
+    expect(store.findPlanting('00000000000000b2')).toMatchObject({ runId: 'new', requestId: 'q-00000000000000b2', markerCount: 7, target: expect.stringMatching(/^prod \(/) });
+    expect(store.findPlanting('00000000000000ff')).toBeUndefined();
+    expect(store.prune(now)).toEqual({ requests: 1, plantings: 1 });
+    expect(store.loadPlantings(0).map((p) => p.requestNo)).toEqual(['00000000000000b2']);
     expect(store.findings().map((f) => f.runId)).toEqual(['old']);
     expect(store.recentRuns().map((r) => r.runId)).toEqual(['new', 'old']);
-    expect(store.prune(now)).toEqual({ requests: 0, markers: 0 });
+    expect(store.prune(now)).toEqual({ requests: 0, plantings: 0 });
     store.close();
   });
 
@@ -241,7 +293,7 @@ describe('store: SIGKILL mid-write', () => {
       for (let i = 0; ; i++) {
         const requests = Array.from({ length: 50 }, (_, k) => ({ requestId: 'q' + k, role: 'reader', tenant: 'default', transport: 'ok', error: big }));
         const findings = [{ kind: 'cross-request-leak', severity: 'critical', scenario: 'abort-race', evidence: { match: 'm' + i, excerpt: big }, chance: 0 }];
-        store.recordMarkers(Array.from({ length: 20 }, (_, k) => ({ marker: 'kvcanary-' + i + '-' + k, runId: 'run-' + i, requestId: 'q', role: 'planter', tenant: 'default', plantedAt: new Date().toISOString() })));
+        store.recordPlantings(Array.from({ length: 20 }, (_, k) => ({ requestNo: (i * 20 + k).toString(16).padStart(16, '0'), runId: 'run-' + i, requestId: 'q' + k, role: 'planter', tenant: 'default', plantedAt: new Date().toISOString(), markerCount: 40 })));
         store.recordRun({ runId: 'run-' + i, target: 'prod', baseUrl: 'http://h', model: 'm', startedAt: new Date().toISOString(),
           finishedAt: new Date().toISOString(), outcome: 'fail', up: true, capacity: {},
           scenarios: [{ name: 'abort-race', outcome: 'fail', findings, requests, notes: [], tokens: { sent: 1, billed: 1 }, durationMs: 1 }] });

@@ -7,11 +7,12 @@ import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
 import { formatDuration, type TargetConfig, type TenantConfig } from '../service/config.js';
 import { SEVERITIES, type Severity } from '../probe/findings.js';
-import { createMarkerRegistry } from '../probe/marker-registry.js';
 import { runProbe } from '../probe/probe.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { parseBaseUrl } from '../probe/target/base-url.js';
+import { InstallationError, createInstallationRegistry, persistPlantings, runStorePath } from '../service/installation.js';
+import { openStore } from '../service/store.js';
 import { writeFileSync } from 'node:fs';
 import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from './run-output.js';
 import { RunCut } from '../probe/run-cut.js';
@@ -40,6 +41,9 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --fail-on SEVERITY      exit 1 only for a finding at or above it: critical, high, warning (default), info;
                           every finding is still listed
   --junit FILE            also write a JUnit XML report (a testcase per scenario) to FILE
+  --store FILE            where plantings and this run are recorded, so later runs attribute its markers
+                          (default $KVCANARY_HOME/runs.sqlite, ~/.config/kvcanary/runs.sqlite; may be the
+                          file \`serve\` writes)
   -q, --quiet             no progress on stderr, and the verdict as one line (with its reason, e.g.
                           "INCONCLUSIVE (unreachable)") instead of the table
 
@@ -63,7 +67,20 @@ export async function runMain(args: string[]): Promise<number> {
     process.stderr.write(RUN_USAGE + '\n');
     return EXIT.pass;
   }
-  const registry = createMarkerRegistry();
+  // The installation's key and store: markers planted by earlier runs decrypt and are attributed to them.
+  const store = openStore({ path: opts.store ?? runStorePath(), retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
+  let registry;
+  try {
+    store.prune(Date.now());
+    registry = createInstallationRegistry({ store, since: Date.now() - RUN_STORE_RETENTION_MS });
+  } catch (err) {
+    store.close();
+    if (err instanceof InstallationError) {
+      process.stderr.write(`kvcanary run: ${err.message}\n`);
+      return EXIT.usage;
+    }
+    throw err;
+  }
   const controller = new AbortController();
   const stop = (): void => controller.abort(new RunCut('deadline', 'interrupted (signal): in-flight requests were aborted'));
   process.once('SIGINT', stop);
@@ -77,6 +94,7 @@ export async function runMain(args: string[]): Promise<number> {
       {
         registry,
         scanner: createScanner(registry),
+        onMarkers: persistPlantings(store),
         progress,
         requestTimeoutMs: opts.timeoutMs,
         tuning: {
@@ -87,6 +105,7 @@ export async function runMain(args: string[]): Promise<number> {
       },
       { target: opts.target, scenarios: opts.scenarios, runId: `run-${randomUUID()}`, signal: controller.signal, tokenBudget: opts.budget },
     );
+    store.recordRun(run);
     process.stderr.write(forTerminal(opts.quiet ? quietLine(run) : summaryTable(run)) + '\n');
     if (opts.json) process.stdout.write(JSON.stringify(toJson(run), null, 2) + '\n');
     if (opts.junit !== undefined) writeFileSync(opts.junit, toJunit(run, opts.failOn));
@@ -95,7 +114,17 @@ export async function runMain(args: string[]): Promise<number> {
     clearTimeout(deadline);
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);
+    store.close();
   }
+}
+
+/** Plantings older than this are pruned from `run`'s store (the service's default retention). */
+const RUN_STORE_RETENTION_MS = 7 * 86_400_000;
+
+/** Credential values the run's store must scrub. */
+function runSecrets(target: TargetConfig): string[] {
+  const vars = [target.apiKeyEnv, ...target.tenants.map((t) => t.apiKeyEnv)];
+  return vars.flatMap((v) => (v !== undefined && process.env[v] ? [process.env[v]!] : []));
 }
 
 interface RunOptions {
@@ -113,6 +142,7 @@ interface RunOptions {
   quiet: boolean;
   failOn: Severity;
   junit?: string;
+  store?: string;
 }
 
 export function parseRunArgs(args: string[]): RunOptions {
@@ -138,6 +168,7 @@ export function parseRunArgs(args: string[]): RunOptions {
         json: { type: 'boolean', default: false },
         'fail-on': { type: 'string' },
         junit: { type: 'string' },
+        store: { type: 'string' },
         quiet: { type: 'boolean', short: 'q', default: false },
         help: { type: 'boolean', short: 'h', default: false },
       },
@@ -181,6 +212,7 @@ export function parseRunArgs(args: string[]): RunOptions {
   const failOn = (v['fail-on'] ?? 'warning') as Severity;
   if (!SEVERITIES.includes(failOn)) throw new UsageError(`--fail-on: expected one of ${SEVERITIES.join(', ')}`);
   if (v.junit !== undefined && v.junit.trim() === '') throw new UsageError('--junit: expected a file path');
+  if (v.store !== undefined && v.store.trim() === '') throw new UsageError('--store: expected a file path');
   const target: TargetConfig = {
     name: 'cli',
     baseUrl: v.target,
@@ -206,5 +238,6 @@ export function parseRunArgs(args: string[]): RunOptions {
     quiet: v.quiet,
     failOn,
     ...(v.junit !== undefined ? { junit: v.junit } : {}),
+    ...(v.store !== undefined ? { store: v.store } : {}),
   };
 }

@@ -14,11 +14,11 @@ import { DEFAULT_SHUTDOWN_GRACE_MS } from '../bounds.js';
 import { RunCut } from '../probe/run-cut.js';
 import { oneLine } from '../terminal-text.js';
 import { createLogger } from '../service/logger.js';
-import { createMarkerRegistry } from '../probe/marker-registry.js';
 import { createProbe } from '../probe/probe.js';
 import type { ProbeRun } from '../probe/result.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
+import { createInstallationRegistry, persistPlantings } from '../service/installation.js';
 import { createService, type ProbeDeps } from '../service/service.js';
 import { parseArgsMessage, UsageError } from './usage.js';
 import { MAX_PORT } from '../bounds.js';
@@ -82,14 +82,13 @@ export async function serveMain(args: string[]): Promise<number> {
     service = await createService({
       config,
       logger,
-      createProbe: ({ store, logger: log, config: now }) => {
-        const registry = createMarkerRegistry();
-        const since = Date.now() - now().store.retentionMs;
-        registry.add(store.loadMarkers(since));
+      createProbe: ({ store, logger: log, config: live }) => {
+        // The installation key: markers of any earlier run (or `kvcanary run`) decrypt and are attributed.
+        const registry = createInstallationRegistry({ store, since: Date.now() - live().store.retentionMs });
         const probe = createProbe({
           registry,
           scanner: createScanner(registry),
-          onMarkers: (rows) => store.recordMarkers(rows),
+          onMarkers: persistPlantings(store),
           progress: (m) => log.debug({ progress: m }, 'probe progress'),
         });
         return (req) => probe({ ...req, signal: AbortSignal.any([req.signal, shutdown.signal]) });

@@ -70,8 +70,11 @@ export interface Evidence {
   match?: string;
   /** A short window of the response around the match, other markers redacted. At most ~160 characters. */
   excerpt?: string;
-  /** Which request planted the marker, and where/when, from the registry. */
-  planted?: { runId: string; requestId: string; role: string; tenant: string; at: string };
+  /**
+   * Which request planted the marker, and where/when, from the registry: `by` says whether it was this run
+   * or an earlier one (any run or process of the installation); `target` where the planting's run is recorded.
+   */
+  planted?: { runId: string; requestId: string; role: string; tenant: string; at: string; by?: 'this-run' | 'earlier-run' | 'unknown'; target?: string };
   /** Which request read it. */
   read?: { requestId: string; role: string; tenant: string; status?: number };
   /** Free-form numeric or short string facts (status codes, token counts, limits). */

@@ -1,13 +1,23 @@
 /**
- * The marker registry: who planted each marker (run, request, role, tenant, time), and an index from
- * every FRAG-character window of every body to the marker it belongs to, so the scanner attributes any
- * text position in constant time (one prefilter bit, rarely one table probe) whatever the number of live
- * markers.
+ * The marker registry: the installation's marker cipher, the planting requests (one per request that
+ * carried markers: run, request, role, tenant, time, marker count), and a bounded index from every
+ * FRAG-character window of every recent marker body to the marker it belongs to, so the scanner
+ * attributes any text position in constant time (one prefilter bit, rarely one table probe) whatever the
+ * number of live markers.
  *
  * Design:
- * - Register before sending. `plant()` draws a marker and records its owner in one step; the caller
- *   persists `rows()`/the returned entry (the store's `recordMarkers`) before the request leaves.
- *   `add(rows)` reloads earlier runs' markers so late leaks are attributed; `forget(olderThan)` retires them.
+ * - Markers attribute themselves. `plant()` gives a request its next marker: the encryption under the
+ *   installation key of (the request's 64-bit request number, marker index, check field), see markers.ts.
+ *   The caller persists the planting (the store's `recordPlantings(plantingRows(entries))`, one row per
+ *   request) before the request leaves. Any registry holding the same key decrypts a whole marker it sees
+ *   (`decodeValues`) and finds the planting in memory or through `lookupPlanting` (the store), whichever
+ *   run or process planted it; a body that fails the check is not this installation's.
+ * - Fragments cannot be decrypted, so the window index below holds the recent markers only: this process's
+ *   and those of plantings reloaded with `addPlantings` (re-derived from their request numbers, nothing
+ *   per marker is stored). It is bounded: past `maxRecentMarkers` the oldest are evicted (whole copies of
+ *   them are still recognised by decryption). In-memory plantings are bounded by `maxPlantings` the same way.
+ *   `add(rows)` registers given markers (any string of the envelope) with their owners; `forget(olderThan)`
+ *   retires markers by age.
  * - Window index. A window of FRAG <= 12 base32 characters is at most 60 bits, held as two int32 lanes:
  *   `lo` = its last 6 characters (30 bits), `hi` = the ones before. The scanner rolls both lanes across
  *   the text one character at a time, so a probe costs a multiply, a shift and a typed-array read, with no
@@ -22,19 +32,25 @@
  *   the larger bitset misses the cache more often than the extra table probes cost.)
  * - Memory is bounded per live marker: 26 body bytes, (27 - FRAG) windows x 2-4 slots x 8 bytes of table,
  *   1-2 bytes of prefilter per window, one frozen entry object and one Map entry. `npm run bench:scanner`
- *   prints the measured figure (about 720 bytes per marker at 100k, 410 of them typed arrays).
+ *   prints the measured figure (about 720 bytes per marker at 100k, 410 of them typed arrays), so the
+ *   default bound of 50,000 recent markers holds the index to about 36 MB.
  * - A window may belong to several markers (chance collisions are allowed, never assumed away): every slot
  *   holding the key is a hit.
  */
+import { randomBytes } from 'node:crypto';
 import {
+  BASE32_ALPHABET,
   MARKER_BODY_LENGTH,
   MARKER_PREFIX,
+  MAX_MARKERS_PER_REQUEST,
   MarkerError,
   base32Value,
+  createMarkerCodec,
   createRandomPool,
-  generateMarker,
   isMarker,
   markerBody,
+  newRequestNumber,
+  type MarkerCodec,
   type RandomFill,
 } from './markers.js';
 
@@ -47,12 +63,50 @@ export interface MarkerOwner {
   tenant: string;
   /** ISO 8601 timestamp (normalised with `toISOString()`). */
   plantedAt: string;
+  /** The probed target, where the planting's run is recorded (earlier runs, from the store). */
+  target?: string;
 }
 
 /** One registry row: a marker and its owner. */
 export interface MarkerEntry extends MarkerOwner {
   /** The full marker, lowercase, with its `kvcanary-` prefix. */
   marker: string;
+  /** The planting request's number (16 hex digits) for markers of this installation. */
+  requestNo?: string;
+  /** The marker's index within its planting request. */
+  index?: number;
+}
+
+/** One planting request: everything needed to attribute (and re-derive) every marker it carried. */
+export interface PlantingRow {
+  /** 64-bit request number, 16 lowercase hex digits. */
+  requestNo: string;
+  runId: string;
+  requestId: string;
+  role: string;
+  tenant: string;
+  /** ISO 8601 time of its first marker. */
+  plantedAt: string;
+  /** Markers it carried (indices 0..markerCount-1). */
+  markerCount: number;
+  /** Where known (the store joins the run's target). */
+  target?: string;
+}
+
+/** The planting rows (one per request number, highest count) covering these entries. */
+export function plantingRows(entries: Iterable<MarkerEntry>): PlantingRow[] {
+  const out = new Map<string, PlantingRow>();
+  for (const e of entries) {
+    if (e.requestNo === undefined || e.index === undefined) continue;
+    const row = out.get(e.requestNo);
+    if (row === undefined) {
+      out.set(e.requestNo, { requestNo: e.requestNo, runId: e.runId, requestId: e.requestId, role: e.role, tenant: e.tenant, plantedAt: e.plantedAt, markerCount: e.index + 1 });
+    } else {
+      row.markerCount = Math.max(row.markerCount, e.index + 1);
+      if (e.plantedAt < row.plantedAt) row.plantedAt = e.plantedAt;
+    }
+  }
+  return [...out.values()];
 }
 
 /** What `plant` needs; `plantedAt` defaults to the registry's clock. */
@@ -67,8 +121,22 @@ export interface MarkerRegistryOptions {
   fragmentLength?: number;
   /** Clock for `plant` when no `plantedAt` is given. @default () => new Date() */
   now?: () => Date;
-  /** Random source for new markers. @default a per-registry pool over node:crypto randomFillSync */
+  /** Random source for request numbers. @default a per-registry pool over node:crypto randomFillSync */
   random?: RandomFill;
+  /**
+   * The installation's 16-byte marker key (see marker-key.ts). @default a fresh random key: markers are then
+   * recognised by this registry only (tests, benches).
+   */
+  key?: Uint8Array;
+  /** Finds a planting this registry does not hold (the store's `findPlanting`). */
+  lookupPlanting?: (requestNo: string) => PlantingRow | undefined;
+  /**
+   * Most markers kept in the fragment index; past it the oldest are evicted (their whole copies are still
+   * recognised by decryption). About 720 bytes each. @default 50000 (DEFAULT_MAX_RECENT_MARKERS)
+   */
+  maxRecentMarkers?: number;
+  /** Most planting requests kept in memory (older ones are looked up). @default 65536 */
+  maxPlantings?: number;
 }
 
 /** A window of text that agrees with `entry`'s body starting at body character `offset`. */
@@ -111,16 +179,33 @@ export interface MarkerRegistry {
   readonly size: number;
   /** Registered windows (size x (27 - fragmentLength)): the W of the scanner's chance bound. */
   readonly windowCount: number;
-  /** Draw a new marker, register it with its owner, and return the entry (persist it, then send it). */
+  /**
+   * The next marker of the request `owner` names (a new planting on its first call), registered with its
+   * owner; returns the entry (persist its planting, then send it).
+   */
   plant(owner: PlantRequest): MarkerEntry;
+  /**
+   * Register earlier plantings (reloaded from the store): their owners become known, and their markers are
+   * re-derived into the fragment index, the most recent last so the bound evicts the oldest.
+   */
+  addPlantings(rows: Iterable<PlantingRow>): number;
+  /** This registry's in-memory plantings. */
+  plantings(): PlantingRow[];
+  /**
+   * Decrypt `count` candidate bodies (26 base32 values each): the entry of each that is this
+   * installation's marker (owner from memory, the store, or `unknown` when neither has it), else undefined.
+   */
+  decodeValues(values: Uint8Array, count: number): (MarkerEntry | undefined)[];
   /**
    * Register existing rows (earlier runs, reloaded from the store). All rows are validated before any is
    * added; re-adding a marker with the same owner is a no-op, with a different owner a `KVC_MARKER_CONFLICT`.
    * Returns how many were new.
    */
   add(entries: Iterable<MarkerEntry>): number;
-  /** The entry for a marker, given with or without its prefix, any case. */
+  /** The entry for a marker, given with or without its prefix, any case (recent, or decrypted). */
   get(marker: string): MarkerEntry | undefined;
+  /** True if the marker (with or without prefix, any case) is in the fragment index. */
+  isRecent(marker: string): boolean;
   /** Every registered marker one FRAG-character window (any case) belongs to, and where. */
   lookup(window: string): WindowHit[];
   /** Drop markers planted strictly before `olderThan`. Returns how many were dropped. */
@@ -132,6 +217,10 @@ export interface MarkerRegistry {
 }
 
 export const DEFAULT_FRAGMENT_LENGTH = 12;
+export const DEFAULT_MAX_RECENT_MARKERS = 50_000;
+export const DEFAULT_MAX_PLANTINGS = 65_536;
+/** Owner fields of a marker that decrypts (it is this installation's) but whose planting is not known. */
+export const UNKNOWN_OWNER = 'unknown';
 export const MIN_FRAGMENT_LENGTH = 8;
 export const MAX_FRAGMENT_LENGTH = 12;
 /** 2^32 / golden ratio: Fibonacci hashing. */
@@ -158,7 +247,31 @@ export function createMarkerRegistry(options: MarkerRegistryOptions = {}): Marke
       `Expected \`fragmentLength\` to be an integer from ${MIN_FRAGMENT_LENGTH} to ${MAX_FRAGMENT_LENGTH}, got ${describe(frag)}`,
     );
   }
-  return new Registry(frag, options.now ?? (() => new Date()), options.random ?? createRandomPool());
+  const maxRecent = options.maxRecentMarkers ?? DEFAULT_MAX_RECENT_MARKERS;
+  const maxPlantings = options.maxPlantings ?? DEFAULT_MAX_PLANTINGS;
+  for (const [name, value] of [['maxRecentMarkers', maxRecent], ['maxPlantings', maxPlantings]] as const) {
+    if (!Number.isInteger(value) || value < 1 || value > 10_000_000) {
+      throw new MarkerError('KVC_MARKER_OPTION', `Expected \`${name}\` to be an integer from 1 to 10000000, got ${describe(value)}`);
+    }
+  }
+  return new Registry(frag, options.now ?? (() => new Date()), options.random ?? createRandomPool(), {
+    codec: createMarkerCodec(options.key ?? randomBytes(16)),
+    lookup: options.lookupPlanting,
+    maxRecent,
+    maxPlantings,
+  });
+}
+
+interface RegistrySetup {
+  codec: MarkerCodec;
+  lookup: ((requestNo: string) => PlantingRow | undefined) | undefined;
+  maxRecent: number;
+  maxPlantings: number;
+}
+
+interface Planting {
+  row: PlantingRow;
+  plantedMs: number;
 }
 
 class Registry implements MarkerRegistry, WindowIndex {
@@ -173,19 +286,32 @@ class Registry implements MarkerRegistry, WindowIndex {
   filterShift = 32 - MIN_FILTER_LOG2;
   readonly entries: (MarkerEntry | undefined)[] = [];
   private readonly plantedMs: number[] = [];
+  /** Insertion sequence of the marker at each index: the eviction queue's entries are (index, seq). */
+  private readonly seqs: number[] = [];
+  private queue: number[] = [];
+  private queueHead = 0;
+  private nextSeq = 0;
   private readonly freeIndices: number[] = [];
   private readonly byBody = new Map<string, number>();
+  /** Plantings by request number, oldest first (Map order), at most maxPlantings. */
+  private readonly byNo = new Map<string, Planting>();
+  /** runId NUL requestId -> the request's current planting number. */
+  private readonly byRequest = new Map<string, string>();
   private readonly windowsPerMarker: number;
   private windows = 0;
+  private readonly codec: MarkerCodec;
 
   constructor(
     frag: number,
     private readonly now: () => Date,
     private readonly random: RandomFill,
+    private readonly setup: RegistrySetup,
   ) {
     this.fragmentLength = frag;
     this.hiMask = 2 ** (5 * (frag - LO_CHARS)) - 1;
     this.windowsPerMarker = MARKER_BODY_LENGTH - frag + 1;
+    // The codec keeps the key inside OpenSSL and its closure: nothing enumerable here holds key bytes.
+    this.codec = setup.codec;
   }
 
   get size(): number {
@@ -201,19 +327,64 @@ class Registry implements MarkerRegistry, WindowIndex {
   }
 
   plant(owner: PlantRequest): MarkerEntry {
-    const at = owner.plantedAt ?? this.now();
-    const plantedMs = toMillis(at, 'plantedAt');
     const fields = checkOwnerFields(owner, 'owner');
-    for (;;) {
-      const marker = generateMarker(this.random);
-      const body = marker.slice(MARKER_PREFIX.length);
-      // 130 bits make a repeat practically impossible; a broken random source must not alias two owners.
-      if (this.byBody.has(body)) continue;
-      const entry: MarkerEntry = Object.freeze({ marker, ...fields, plantedAt: new Date(plantedMs).toISOString() });
-      this.ensureCapacity(1);
-      this.insert(body, entry, plantedMs);
-      return entry;
+    const requestKey = `${fields.runId}\u0000${fields.requestId}`;
+    const currentNo = this.byRequest.get(requestKey);
+    let planting = currentNo === undefined ? undefined : this.byNo.get(currentNo);
+    if (planting === undefined || planting.row.role !== fields.role || planting.row.tenant !== fields.tenant || planting.row.markerCount >= MAX_MARKERS_PER_REQUEST) {
+      const plantedMs = toMillis(owner.plantedAt ?? this.now(), 'plantedAt');
+      let requestNo = newRequestNumber(this.random);
+      // 64 random bits make a repeat practically impossible; a broken random source must not alias two requests.
+      while (this.byNo.has(requestNo)) requestNo = newRequestNumber(this.random);
+      planting = { row: { requestNo, ...fields, plantedAt: new Date(plantedMs).toISOString(), markerCount: 0 }, plantedMs };
+      this.remember(planting);
+      this.byRequest.set(requestKey, requestNo);
     }
+    const index = planting.row.markerCount++;
+    const marker = this.codec.encode(planting.row.requestNo, index);
+    const entry: MarkerEntry = Object.freeze({ marker, ...fields, plantedAt: planting.row.plantedAt, requestNo: planting.row.requestNo, index });
+    this.ensureCapacity(1);
+    this.insert(marker.slice(MARKER_PREFIX.length), entry, planting.plantedMs);
+    this.evictOverflow();
+    return entry;
+  }
+
+  addPlantings(rows: Iterable<PlantingRow>): number {
+    const checked: Planting[] = [];
+    let i = 0;
+    for (const row of rows) checked.push(checkPlantingRow(row, `plantings[${i++}]`));
+    checked.sort((a, b) => a.plantedMs - b.plantedMs);
+    for (const p of checked) this.remember(p);
+    // Re-derive the markers of the newest plantings that fit the bound, oldest of them first.
+    let from = checked.length;
+    let markers = 0;
+    while (from > 0 && markers + checked[from - 1]!.row.markerCount <= this.setup.maxRecent) markers += checked[--from]!.row.markerCount;
+    this.ensureCapacity(markers);
+    for (const p of checked.slice(from)) {
+      const { requestNo, markerCount, ...owner } = p.row;
+      for (let index = 0; index < markerCount; index++) {
+        const marker = this.codec.encode(requestNo, index);
+        const body = marker.slice(MARKER_PREFIX.length);
+        if (this.byBody.has(body)) continue;
+        this.insert(body, Object.freeze({ marker, ...owner, requestNo, index }), p.plantedMs);
+      }
+    }
+    this.evictOverflow();
+    return checked.length;
+  }
+
+  plantings(): PlantingRow[] {
+    return [...this.byNo.values()].map((p) => ({ ...p.row }));
+  }
+
+  decodeValues(values: Uint8Array, count: number): (MarkerEntry | undefined)[] {
+    const decoded = this.codec.decodeValues(values, count);
+    return decoded.map((d, c) => {
+      if (d === undefined) return undefined;
+      let body = '';
+      for (let k = 0; k < MARKER_BODY_LENGTH; k++) body += BASE32_ALPHABET[values[c * MARKER_BODY_LENGTH + k]!];
+      return this.entryOf(body, d.requestNo, d.index);
+    });
   }
 
   add(rows: Iterable<MarkerEntry>): number {
@@ -233,7 +404,8 @@ class Registry implements MarkerRegistry, WindowIndex {
       const fields = checkOwnerFields(row, path);
       const ms = toMillis(row.plantedAt, `${path}.plantedAt`);
       const marker = row.marker.toLowerCase();
-      const entry: MarkerEntry = Object.freeze({ marker, ...fields, plantedAt: new Date(ms).toISOString() });
+      const extra = row.requestNo !== undefined && row.index !== undefined ? { requestNo: row.requestNo, index: row.index } : {};
+      const entry: MarkerEntry = Object.freeze({ marker, ...fields, plantedAt: new Date(ms).toISOString(), ...extra });
       const body = marker.slice(MARKER_PREFIX.length);
       const existingIndex = this.byBody.get(body);
       const existing = existingIndex === undefined ? fresh.get(body)?.entry : this.entries[existingIndex];
@@ -251,6 +423,7 @@ class Registry implements MarkerRegistry, WindowIndex {
     }
     this.ensureCapacity(fresh.size);
     for (const [body, { entry, ms }] of fresh) this.insert(body, entry, ms);
+    this.evictOverflow();
     return fresh.size;
   }
 
@@ -258,7 +431,14 @@ class Registry implements MarkerRegistry, WindowIndex {
     const body = markerBody(marker);
     if (body === undefined) return undefined;
     const index = this.byBody.get(body);
-    return index === undefined ? undefined : this.entries[index];
+    if (index !== undefined) return this.entries[index];
+    const d = this.codec.decode(body);
+    return d === undefined ? undefined : this.entryOf(body, d.requestNo, d.index);
+  }
+
+  isRecent(marker: string): boolean {
+    const body = markerBody(marker);
+    return body !== undefined && this.byBody.has(body);
   }
 
   lookup(window: string): WindowHit[] {
@@ -290,14 +470,11 @@ class Registry implements MarkerRegistry, WindowIndex {
     const cutoff = toMillis(olderThan, 'olderThan');
     let dropped = 0;
     for (let index = 0; index < this.entries.length; index++) {
-      const entry = this.entries[index];
-      if (entry === undefined || !(this.plantedMs[index]! < cutoff)) continue;
-      for (let offset = 0; offset < this.windowsPerMarker; offset++) this.removeWindow(index, offset);
-      this.byBody.delete(entry.marker.slice(MARKER_PREFIX.length));
-      this.entries[index] = undefined;
-      this.freeIndices.push(index);
+      if (this.entries[index] === undefined || !(this.plantedMs[index]! < cutoff)) continue;
+      this.removeIndex(index);
       dropped++;
     }
+    for (const [no, p] of this.byNo) if (p.plantedMs < cutoff) this.forgetPlanting(no);
     // Bits cannot be cleared from a shared bitset: rebuild it (sized to what is left) from the live bodies.
     if (dropped > 0) this.rebuildFilter();
     return dropped;
@@ -309,6 +486,73 @@ class Registry implements MarkerRegistry, WindowIndex {
     return out;
   }
 
+  /** The entry of a decrypted marker: from the fragment index, else its planting's owner (memory, store, unknown). */
+  private entryOf(body: string, requestNo: string, index: number): MarkerEntry {
+    const recent = this.byBody.get(body);
+    if (recent !== undefined) return this.entries[recent]!;
+    let row = this.byNo.get(requestNo)?.row;
+    if (row === undefined && this.setup.lookup !== undefined) {
+      try {
+        const found = this.setup.lookup(requestNo);
+        if (found !== undefined) {
+          const p = checkPlantingRow(found, 'lookupPlanting()');
+          this.remember(p);
+          row = p.row;
+        }
+      } catch {
+        // A store that cannot answer (closed at shutdown) leaves the owner unknown; the marker is still ours.
+      }
+    }
+    const { requestNo: _no, markerCount: _count, ...owner } = row ?? {
+      requestNo, markerCount: 0, runId: UNKNOWN_OWNER, requestId: UNKNOWN_OWNER, role: UNKNOWN_OWNER, tenant: UNKNOWN_OWNER, plantedAt: new Date(0).toISOString(),
+    };
+    return Object.freeze({ marker: MARKER_PREFIX + body, ...owner, requestNo, index });
+  }
+
+  private remember(p: Planting): void {
+    const existing = this.byNo.get(p.row.requestNo);
+    if (existing !== undefined) {
+      existing.row.markerCount = Math.max(existing.row.markerCount, p.row.markerCount);
+      if (existing.row.target === undefined && p.row.target !== undefined) existing.row.target = p.row.target;
+      return;
+    }
+    this.byNo.set(p.row.requestNo, p);
+    while (this.byNo.size > this.setup.maxPlantings) this.forgetPlanting(this.byNo.keys().next().value!);
+  }
+
+  private forgetPlanting(requestNo: string): void {
+    const p = this.byNo.get(requestNo);
+    if (p === undefined) return;
+    this.byNo.delete(requestNo);
+    const key = `${p.row.runId}\u0000${p.row.requestId}`;
+    if (this.byRequest.get(key) === requestNo) this.byRequest.delete(key);
+  }
+
+  /** Past maxRecent live markers, evict the oldest down to 7/8 of it (one filter rebuild per batch). */
+  private evictOverflow(): void {
+    const max = this.setup.maxRecent;
+    if (this.byBody.size <= max) return;
+    const keep = Math.max(1, max - (max >> 3));
+    while (this.byBody.size > keep && this.queueHead < this.queue.length) {
+      const index = this.queue[this.queueHead++]!;
+      const seq = this.queue[this.queueHead++]!;
+      if (this.entries[index] !== undefined && this.seqs[index] === seq) this.removeIndex(index);
+    }
+    if (this.queueHead > 4096 && this.queueHead * 2 > this.queue.length) {
+      this.queue = this.queue.slice(this.queueHead);
+      this.queueHead = 0;
+    }
+    this.rebuildFilter();
+  }
+
+  private removeIndex(index: number): void {
+    const entry = this.entries[index]!;
+    for (let offset = 0; offset < this.windowsPerMarker; offset++) this.removeWindow(index, offset);
+    this.byBody.delete(entry.marker.slice(MARKER_PREFIX.length));
+    this.entries[index] = undefined;
+    this.freeIndices.push(index);
+  }
+
   private insert(body: string, entry: MarkerEntry, plantedMs: number): void {
     let index = this.freeIndices.pop();
     if (index === undefined) {
@@ -316,6 +560,7 @@ class Registry implements MarkerRegistry, WindowIndex {
       if (index >= MAX_MARKERS) throw new MarkerError('KVC_MARKER_OPTION', `registry full: at most ${MAX_MARKERS} live markers`);
       this.entries.push(undefined);
       this.plantedMs.push(0);
+      this.seqs.push(0);
       if ((index + 1) * MARKER_BODY_LENGTH > this.bodies.length) {
         const grown = new Uint8Array(this.bodies.length * 2);
         grown.set(this.bodies);
@@ -326,6 +571,9 @@ class Registry implements MarkerRegistry, WindowIndex {
     for (let k = 0; k < MARKER_BODY_LENGTH; k++) this.bodies[base + k] = base32Value(body.charCodeAt(k));
     this.entries[index] = entry;
     this.plantedMs[index] = plantedMs;
+    const seq = this.nextSeq++;
+    this.seqs[index] = seq;
+    this.queue.push(index, seq);
     this.byBody.set(body, index);
     for (let offset = 0; offset < this.windowsPerMarker; offset++) this.insertWindow(index, offset);
     this.windows += this.windowsPerMarker;
@@ -440,6 +688,22 @@ function checkOwnerFields(owner: object, path: string): Omit<MarkerOwner, 'plant
     out[field] = value;
   }
   return out as unknown as Omit<MarkerOwner, 'plantedAt'>;
+}
+
+const REQUEST_NO_RE = /^[0-9a-f]{16}$/;
+
+function checkPlantingRow(row: PlantingRow, path: string): Planting {
+  if (row === null || typeof row !== 'object') throw new MarkerError('KVC_MARKER_INVALID', `${path}: expected a planting row object, got ${describe(row)}`);
+  if (typeof row.requestNo !== 'string' || !REQUEST_NO_RE.test(row.requestNo)) {
+    throw new MarkerError('KVC_MARKER_INVALID', `${path}.requestNo: expected 16 lowercase hex digits, got ${describe(row.requestNo)}`);
+  }
+  if (!Number.isInteger(row.markerCount) || row.markerCount < 0 || row.markerCount > MAX_MARKERS_PER_REQUEST) {
+    throw new MarkerError('KVC_MARKER_INVALID', `${path}.markerCount: expected an integer from 0 to ${MAX_MARKERS_PER_REQUEST}, got ${describe(row.markerCount)}`);
+  }
+  const fields = checkOwnerFields(row, path);
+  const plantedMs = toMillis(row.plantedAt, `${path}.plantedAt`);
+  const target = typeof row.target === 'string' && row.target.length > 0 ? { target: row.target.slice(0, MAX_FIELD_LENGTH) } : {};
+  return { row: { requestNo: row.requestNo, ...fields, plantedAt: new Date(plantedMs).toISOString(), markerCount: row.markerCount, ...target }, plantedMs };
 }
 
 function toMillis(value: unknown, path: string): number {

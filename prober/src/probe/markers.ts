@@ -1,5 +1,6 @@
 /**
- * Canary markers: the envelope, how a body is drawn, and the base32 character class the scanner keys on.
+ * Canary markers: the envelope, how a body is drawn, the installation's marker cipher, and the base32
+ * character class the scanner keys on.
  *
  * A marker is `kvcanary-` followed by 26 characters of the RFC 4648 base32 alphabet, lowercase
  * (a-z, 2-7): 130 random bits from `crypto`. Why this envelope:
@@ -12,8 +13,18 @@
  *   a given marker position by accident. The scanner's `chance` bound rests on that.
  * - The body alone identifies the marker: a model may drop or garble the shared prefix, or copy only part
  *   of a body, so attribution never depends on the prefix.
+ *
+ * Planted markers are not random strings but encryptions (`createMarkerCodec`): the body is 2 pad bits and
+ * one AES-128 block, the encryption under the installation's key of (request number: 64 bits, marker
+ * index: 16 bits, check field: 48 zero bits). Any process holding the key decrypts a marker it sees, and a
+ * string that is not one of its markers (forged, random, another installation's) passes the check with
+ * probability 2^-48. Nothing per marker needs storing: one row per planting request (its request number)
+ * attributes every marker it carried. AES under an unknown key is a pseudorandom permutation, so bodies are
+ * still uniform 5-bit characters to anyone without the key, and the `chance` bound stands. The 2 pad bits
+ * (130 - 128) come from a second block, AES(plaintext with the check's last byte set to 1), so a marker is
+ * a pure function of (key, request number, index) and can be re-derived for the fragment index.
  */
-import { randomFillSync } from 'node:crypto';
+import { createCipheriv, createDecipheriv, randomFillSync, type Cipher, type Decipher } from 'node:crypto';
 
 export const MARKER_PREFIX = 'kvcanary-';
 /** Characters of random body after the prefix. */
@@ -115,4 +126,128 @@ export function markerBody(s: string): string | undefined {
   if (MARKER_RE.test(s)) return s.slice(MARKER_PREFIX.length).toLowerCase();
   if (BODY_RE.test(s)) return s.toLowerCase();
   return undefined;
+}
+
+/** Bytes of the installation's marker key (AES-128). */
+export const MARKER_KEY_BYTES = 16;
+/** Bits of the check field a decrypted block must carry (all zero): a random body passes with 2^-48. */
+export const MARKER_CHECK_BITS = 48;
+/** Most markers one request may carry (the 16-bit marker index). */
+export const MAX_MARKERS_PER_REQUEST = 65536;
+/** Hex digits of a request number (64 bits). */
+export const REQUEST_NUMBER_HEX = 16;
+
+/** What a valid marker decrypts to. */
+export interface DecodedMarker {
+  /** 64-bit request number as 16 lowercase hex digits. */
+  requestNo: string;
+  /** Position of the marker among the request's markers (0-based). */
+  index: number;
+}
+
+/**
+ * The installation's marker cipher. The key stays in the closure (and OpenSSL): nothing here exposes it,
+ * so a logged or serialised codec carries no secret.
+ */
+export interface MarkerCodec {
+  /** The marker (`kvcanary-` + 26 characters) for request `requestNo` (16 hex digits), marker `index`. */
+  encode(requestNo: string, index: number): string;
+  /** Decrypt a marker or bare body (any case): its request and index, or undefined if the check fails. */
+  decode(markerOrBody: string): DecodedMarker | undefined;
+  /**
+   * Decrypt `count` candidate bodies given as base32 values (0..31), 26 per candidate in `values`, in one
+   * cipher call. Returns, per candidate, the decoded marker or undefined.
+   */
+  decodeValues(values: Uint8Array, count: number): (DecodedMarker | undefined)[];
+}
+
+export function createMarkerCodec(key: Uint8Array): MarkerCodec {
+  if (!(key instanceof Uint8Array) || key.length !== MARKER_KEY_BYTES) {
+    throw new MarkerError('KVC_MARKER_OPTION', `Expected a ${MARKER_KEY_BYTES}-byte marker key, got ${key instanceof Uint8Array ? `${key.length} bytes` : typeof key}`);
+  }
+  const material = Buffer.from(key);
+  const cipher: Cipher = createCipheriv('aes-128-ecb', material, null).setAutoPadding(false);
+  const decipher: Decipher = createDecipheriv('aes-128-ecb', material, null).setAutoPadding(false);
+  material.fill(0);
+  const plain = Buffer.alloc(32);
+  return {
+    encode(requestNo, index) {
+      if (typeof requestNo !== 'string' || !/^[0-9a-f]{16}$/.test(requestNo)) {
+        throw new MarkerError('KVC_MARKER_INVALID', `encode: expected a request number of ${REQUEST_NUMBER_HEX} lowercase hex digits, got ${JSON.stringify(String(requestNo).slice(0, 40))}`);
+      }
+      if (!Number.isInteger(index) || index < 0 || index >= MAX_MARKERS_PER_REQUEST) {
+        throw new MarkerError('KVC_MARKER_INVALID', `encode: expected a marker index from 0 to ${MAX_MARKERS_PER_REQUEST - 1}, got ${String(index)}`);
+      }
+      plain.fill(0);
+      plain.write(requestNo, 0, 'hex');
+      plain.writeUInt16BE(index, 8);
+      plain.copy(plain, 16, 0, 16);
+      plain[31] = 1;
+      const out = cipher.update(plain);
+      return MARKER_PREFIX + bodyOfBlock(out, out[16]! & 3);
+    },
+    decode(markerOrBody) {
+      const body = markerBody(markerOrBody);
+      if (body === undefined) return undefined;
+      const values = new Uint8Array(MARKER_BODY_LENGTH);
+      for (let k = 0; k < MARKER_BODY_LENGTH; k++) values[k] = BASE32_VALUE[body.charCodeAt(k)]!;
+      return this.decodeValues(values, 1)[0];
+    },
+    decodeValues(values, count) {
+      if (count <= 0) return [];
+      const blocks = Buffer.allocUnsafe(16 * count);
+      for (let c = 0; c < count; c++) blockOfValues(values, c * MARKER_BODY_LENGTH, blocks, c * 16);
+      const out = decipher.update(blocks);
+      const decoded: (DecodedMarker | undefined)[] = new Array(count);
+      for (let c = 0; c < count; c++) {
+        const o = c * 16;
+        let check = 0;
+        for (let b = 10; b < 16; b++) check |= out[o + b]!;
+        decoded[c] = check !== 0 ? undefined : { requestNo: out.toString('hex', o, o + 8), index: out.readUInt16BE(o + 8) };
+      }
+      return decoded;
+    },
+  };
+}
+
+/** 26 base32 characters of `pad` (2 bits) followed by the 128 bits of `block[0..16)`, most significant first. */
+function bodyOfBlock(block: Uint8Array, pad: number): string {
+  // 130 bits as a stream: pad, then block bytes.
+  let acc = pad;
+  let bits = 2;
+  let byte = 0;
+  let body = '';
+  while (body.length < MARKER_BODY_LENGTH) {
+    while (bits < 5) {
+      acc = (acc << 8) | block[byte++]!;
+      bits += 8;
+    }
+    body += BASE32_ALPHABET[(acc >>> (bits - 5)) & 31];
+    bits -= 5;
+    acc &= (1 << bits) - 1;
+  }
+  return body;
+}
+
+/** The 128-bit block of 26 body values at `from` (the top 2 bits, the pad, dropped) into `out` at `at`. */
+function blockOfValues(values: Uint8Array, from: number, out: Uint8Array, at: number): void {
+  let acc = values[from]! & 7; // the first character: 2 pad bits, then the block's top 3 bits
+  let bits = 3;
+  let byte = at;
+  for (let k = 1; k < MARKER_BODY_LENGTH; k++) {
+    acc = (acc << 5) | values[from + k]!;
+    bits += 5;
+    if (bits >= 8) {
+      out[byte++] = (acc >>> (bits - 8)) & 255;
+      bits -= 8;
+      acc &= (1 << bits) - 1;
+    }
+  }
+}
+
+/** A fresh random 64-bit request number (16 hex digits). */
+export function newRequestNumber(fill: RandomFill = defaultFill): string {
+  const bytes = new Uint8Array(8);
+  fill(bytes);
+  return Buffer.from(bytes).toString('hex');
 }

@@ -30,12 +30,19 @@
  *   offers N candidate positions (window probes made in this response). Union bound:
  *   P(any chance agreement of length >= L in this response) <= W * N * 32^-L, capped at 1. It holds for
  *   any text, adversarial or not, as long as the text was not derived from the marker itself.
+ * - Whole markers of this installation need no index: every 26-character window of a base32 run of 26 or
+ *   more characters is decrypted with the installation key (in batches, one cipher call per batch; the
+ *   last 26 values of a run are kept in a 32-byte ring) and attributed through its planting request, so a
+ *   marker planted by any earlier run or process is found. Those already in the fragment index are left to
+ *   the window path. Such a match's `chance` is the decryption check's: D * 2^-48 for D windows decrypted
+ *   (each passes the 48-bit check by accident with 2^-48). Windows failing the check (other
+ *   installations' markers, ordinary text) are not reported unless the fragment index holds them.
  * - Bounded output: at most `maxMatches` self and, separately, `maxMatches` foreign matches are kept (so
  *   self-echo can never crowd out a leak), and at most `maxMatchesPerMarker` per marker; the rest are
  *   counted in `stats()`.
  */
 import { BASE32_VALUE, MARKER_BODY_LENGTH, MARKER_PREFIX } from './markers.js';
-import { FILTER_HI_MULTIPLIER, FILTER_MULTIPLIER, HASH_MULTIPLIER, type MarkerEntry, type MarkerOwner, type MarkerRegistry, type WindowIndex } from './marker-registry.js';
+import { FILTER_HI_MULTIPLIER, FILTER_MULTIPLIER, HASH_MULTIPLIER, UNKNOWN_OWNER, type MarkerEntry, type MarkerOwner, type MarkerRegistry, type WindowIndex } from './marker-registry.js';
 
 /** The request whose response is scanned. */
 export interface ReaderIdentity {
@@ -70,6 +77,12 @@ export interface MarkerMatch {
   self: boolean;
   /** Planted by another request, in this run or an earlier one. */
   foreign: boolean;
+  /**
+   * Whether the planting request belongs to the reading run (`this-run`) or an earlier run or another
+   * process of the installation (`earlier-run`); `unknown` when the reader gave no run id or the store no
+   * longer knows the planting.
+   */
+  plantedBy: 'this-run' | 'earlier-run' | 'unknown';
   /** Upper bound on the probability that a match this long arose by chance in this response. */
   chance: number;
   /** The match and at most `context` characters either side, other base32 runs redacted. */
@@ -83,6 +96,8 @@ export interface ScanStats {
   candidatePositions: number;
   /** Largest registered window count seen during the scan: W in the chance bound. */
   registeredWindows: number;
+  /** 26-character windows decrypted with the installation key: D in a decrypted match's chance. */
+  decryptedWindows: number;
   selfMatches: number;
   foreignMatches: number;
   /** Matches counted but not kept (caps). */
@@ -174,11 +189,14 @@ interface Segment {
   closed: boolean;
 }
 
-type Pending = Omit<Segment, 'body' | 'closed'> & { self: boolean };
-type Unpriced = Omit<MarkerMatch, 'chance'>;
+type Pending = Omit<Segment, 'body' | 'closed'> & { self: boolean; decrypted: boolean };
+type Unpriced = Omit<MarkerMatch, 'chance'> & { decrypted: boolean };
 
 /** Candidate positions collected before their filter loads are issued together (4 KB of arrays per session). */
 const BATCH = 256;
+/** 26-character windows collected before one decryption call (about 1.7 KB per session). */
+const DECRYPT_BATCH = 64;
+const CHECK_CHANCE = 2 ** -48;
 
 class Session implements ScanSession {
   private pos = 0;
@@ -209,6 +227,12 @@ class Session implements ScanSession {
   private readonly passed = new Int32Array(BATCH);
   private batched = 0;
   private readonly loMatches: number[] = [];
+  /** The last 32 base32 values of the current run (index: run position & 31). */
+  private readonly ring = new Uint8Array(32);
+  private readonly decValues = new Uint8Array(DECRYPT_BATCH * BODY_LENGTH);
+  private readonly decAt = new Int32Array(DECRYPT_BATCH);
+  private decCount = 0;
+  private decrypted = 0;
 
   constructor(
     private readonly registry: MarkerRegistry,
@@ -252,7 +276,11 @@ class Session implements ScanSession {
     this.flushPending(true);
     const w = this.maxWindows;
     const n = this.lookups;
-    const out = this.kept.map((m): MarkerMatch => ({ ...m, chance: Math.min(1, w * n * Math.pow(32, -m.length)) }));
+    const d = this.decrypted;
+    const out = this.kept.map(({ decrypted, ...m }): MarkerMatch => ({
+      ...m,
+      chance: Math.min(1, decrypted ? d * CHECK_CHANCE : w * n * Math.pow(32, -m.length)),
+    }));
     out.sort((a, b) => a.offset - b.offset || a.marker.localeCompare(b.marker));
     this.kept = [];
     this.tail = '';
@@ -264,6 +292,7 @@ class Session implements ScanSession {
       chars: this.pos,
       candidatePositions: this.lookups,
       registeredWindows: Math.max(this.maxWindows, this.ended ? 0 : this.registry.windowCount),
+      decryptedWindows: this.decrypted,
       selfMatches: this.selfCount,
       foreignMatches: this.foreignCount,
       dropped: this.dropped,
@@ -278,6 +307,7 @@ class Session implements ScanSession {
       i = this.roll(chunk, 0, n);
       if (i === n) {
         this.flushBatch(chunk, n); // the whole chunk continued the run
+        this.flushDecrypt();
         return;
       }
       this.runLen = 0;
@@ -286,6 +316,7 @@ class Session implements ScanSession {
     i = this.skipScan(chunk, i, n);
     if (i < n && this.runLen === 0) this.carryTail(chunk, i, n);
     this.flushBatch(chunk, n);
+    this.flushDecrypt();
     if (this.segs.length !== 0) this.segs = this.segs.filter((seg) => !seg.closed);
   }
 
@@ -336,13 +367,16 @@ class Session implements ScanSession {
     let lo = this.lo;
     let runLen = this.runLen;
     let batched = this.batched;
+    const ring = this.ring;
     for (; p < n; p++) {
       const c = chunk.charCodeAt(p);
       const v = c < 128 ? B32[c]! : -1;
       if (v < 0) break;
       hi = ((hi << 5) | (lo >>> 25)) & hiMask;
       lo = ((lo << 5) | v) & LO_MASK;
+      ring[runLen & 31] = v;
       runLen++;
+      if (runLen >= BODY_LENGTH) this.queueDecrypt(runLen, p);
       if (runLen >= frag) {
         batchLo[batched] = lo;
         batchHi[batched] = hi;
@@ -359,6 +393,30 @@ class Session implements ScanSession {
     this.runLen = runLen;
     this.batched = batched;
     return p;
+  }
+
+  /** Queue the 26-character window ending at chunk index `p` (the run's last `runLen` characters) for decryption. */
+  private queueDecrypt(runLen: number, p: number): void {
+    const base = this.decCount * BODY_LENGTH;
+    const ring = this.ring;
+    for (let k = 0, from = runLen - BODY_LENGTH; k < BODY_LENGTH; k++) this.decValues[base + k] = ring[(from + k) & 31]!;
+    this.decAt[this.decCount] = this.chunkStart + p;
+    if (++this.decCount === DECRYPT_BATCH) this.flushDecrypt();
+  }
+
+  /** Decrypt the queued windows; a window that is a marker of this installation (not in the fragment index) is a match. */
+  private flushDecrypt(): void {
+    const count = this.decCount;
+    if (count === 0) return;
+    this.decCount = 0;
+    this.decrypted += count;
+    const entries = this.registry.decodeValues(this.decValues, count);
+    for (let c = 0; c < count; c++) {
+      const entry = entries[c];
+      if (entry === undefined || this.registry.isRecent(entry.marker)) continue;
+      const start = this.decAt[c]! - BODY_LENGTH + 1;
+      this.close({ entry, body: entry.marker.slice(MARKER_PREFIX.length), bodyOffset: 0, start, length: BODY_LENGTH, closed: false }, true);
+    }
   }
 
   /** Probe the queued windows: the filter for all of them first, then the table for the few that pass. */
@@ -438,7 +496,7 @@ class Session implements ScanSession {
     if (next === BODY_LENGTH || at < n) this.close(seg);
   }
 
-  private close(seg: Segment): void {
+  private close(seg: Segment, decrypted = false): void {
     seg.closed = true;
     const { entry } = seg;
     const self = entry.requestId === this.reader.requestId && (this.reader.runId === undefined || entry.runId === this.reader.runId);
@@ -450,7 +508,7 @@ class Session implements ScanSession {
       this.dropped++;
       return;
     }
-    this.pending.push({ entry, bodyOffset: seg.bodyOffset, start: seg.start, length: seg.length, self });
+    this.pending.push({ entry, bodyOffset: seg.bodyOffset, start: seg.start, length: seg.length, self, decrypted });
   }
 
   /** Give pending matches their excerpt once enough text after them has arrived (or at the end). */
@@ -490,9 +548,12 @@ class Session implements ScanSession {
         role: p.entry.role,
         tenant: p.entry.tenant,
         plantedAt: p.entry.plantedAt,
+        ...(p.entry.target !== undefined ? { target: p.entry.target } : {}),
       },
       self: p.self,
       foreign: !p.self,
+      plantedBy: this.reader.runId === undefined || p.entry.runId === UNKNOWN_OWNER ? 'unknown' : p.entry.runId === this.reader.runId ? 'this-run' : 'earlier-run',
+      decrypted: p.decrypted,
       excerpt: redactedExcerpt(region, p.start - regionFrom, end - regionFrom, this.context, this.frag),
     };
   }

@@ -3,7 +3,7 @@
  * CLI only loads the config, calls createService and wires signals (SIGTERM/SIGINT → stop, SIGHUP → reload).
  *
  * On start the last-run gauges are restored from the store, so a restart neither blanks the dashboards nor
- * makes every "probes stale" alert fire until the first cycle ends. Requests and markers past retention are
+ * makes every "probes stale" alert fire until the first cycle ends. Requests and plantings past retention are
  * pruned at start and hourly.
  */
 import { Registry } from 'prom-client';
@@ -17,8 +17,9 @@ import { createScheduler, systemClock, type Clock, type Scheduler } from './sche
 import { startServiceServer } from './server.js';
 import { openStore, type Store } from './store.js';
 
-/** What a probe built by the service may use: the store, to register markers before sending them
- *  (`recordMarkers`) and to reload earlier runs' markers (`loadMarkers`) so late leaks are attributed. */
+/** What a probe built by the service may use: the store, to record planting requests before their markers
+ *  are sent (`recordPlantings`) and to find earlier runs' plantings (`findPlanting`, `loadPlantings`) so late
+ *  leaks are attributed. */
 export interface ProbeDeps {
   store: Store;
   logger: Logger;
@@ -108,7 +109,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
   const prune = (): void => {
     try {
       const gone = store.prune(clock.now(), config.store.retentionMs);
-      if (gone.requests + gone.markers > 0) logger.info(gone, 'pruned requests and markers past retention');
+      if (gone.requests + gone.plantings > 0) logger.info(gone, 'pruned requests and plantings past retention');
     } catch (err) {
       logger.error({ err }, 'prune failed');
     }

@@ -1,6 +1,6 @@
 /**
- * The evidence store: one SQLite file (better-sqlite3) holding probe runs, their requests, the markers they
- * planted and the findings they produced.
+ * The evidence store: one SQLite file (better-sqlite3) holding probe runs, their requests, their planting
+ * requests (one row per request that carried markers) and the findings they produced.
  *
  * Durability: WAL with `synchronous=FULL`. In WAL mode a committed transaction is already safe from a
  * SIGKILL of this process with NORMAL (the WAL frames sit in the OS page cache); FULL also fsyncs the WAL
@@ -13,9 +13,16 @@
  * (strings cut, depth and size capped to a few KB) and every configured credential value is scrubbed from
  * every stored string first, since a leaked response or an echoed error may carry one.
  *
- * Retention: requests and markers are pruned after the configured age; runs, scenario outcomes and
- * findings are kept (they are small and are the record). Markers outlive their run so that a later run can
+ * Retention: requests and plantings are pruned after the configured age; runs, scenario outcomes and
+ * findings are kept (they are small and are the record). Plantings outlive their run so that a later run can
  * attribute a late leak of an earlier run's marker.
+ *
+ * Markers are not stored. A marker is the encryption of (request number, index, check) under the
+ * installation's marker key (probe/markers.ts), so one `plantings` row per planting request (request
+ * number, run, request, role, tenant, time, marker count; about 200 bytes with its indexes) attributes every
+ * marker it carried, and its markers can be re-derived. Migration 3 replaced the per-marker table (which
+ * grew by tens of MB an hour) with it: earlier marker rows were collapsed into one legacy planting row per
+ * request (kept for the record until pruned; their random markers are no longer recognised).
  *
  * Schema changes are numbered migrations recorded in `schema_migrations`; a database newer than this
  * code is refused rather than written to.
@@ -24,6 +31,7 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Evidence, Finding, FindingKind, Severity } from '../probe/findings.js';
+import type { PlantingRow } from '../probe/marker-registry.js';
 import { safeText } from '../probe/redact.js';
 import type { InconclusiveReason, Outcome, Power, ProbeRun } from '../probe/result.js';
 
@@ -39,21 +47,14 @@ export class StoreError extends Error {
 export interface StoreOptions {
   /** Database file, or ':memory:' (tests). */
   path: string;
-  /** Requests and markers older than this are removed by prune(). */
+  /** Requests and plantings older than this are removed by prune(). */
   retentionMs: number;
   /** Credential values to scrub from everything stored (a function so a config reload can change them). */
   secrets?: readonly string[] | (() => readonly string[]);
 }
 
-/** One planted marker, registered before the request that carries it is sent. */
-export interface MarkerRow {
-  marker: string;
-  runId: string;
-  requestId: string;
-  role: string;
-  tenant: string;
-  plantedAt: string;
-}
+/** One planting request (see PlantingRow in probe/marker-registry.ts). */
+export type { PlantingRow } from '../probe/marker-registry.js';
 
 export interface ScenarioSummary {
   name: string;
@@ -125,11 +126,17 @@ export interface Store {
   recordRun(run: ProbeRun): void;
   /** Findings that arrived after their run was recorded (a probe that returned after its timeout). */
   addFindings(ref: { runId: string; target: string }, findings: readonly Finding[], at: string): void;
-  /** Registers planted markers; call before the requests carrying them are sent. Idempotent. */
-  recordMarkers(rows: readonly MarkerRow[]): void;
-  loadMarkers(since: Date | number | string): MarkerRow[];
-  /** Removes requests and markers older than the retention (default: the one opened with); returns how many went. */
-  prune(now: Date | number, retentionMs?: number): { requests: number; markers: number };
+  /**
+   * Records planting requests (one row per request number); call before the requests carrying their
+   * markers are sent. Idempotent; a row seen again keeps the larger marker count.
+   */
+  recordPlantings(rows: readonly PlantingRow[]): void;
+  /** Plantings since a time, oldest first, each with its run's target where the run is recorded. */
+  loadPlantings(since: Date | number | string, opts?: { limit?: number }): PlantingRow[];
+  /** The planting with this request number (16 hex digits), with its run's target where recorded. */
+  findPlanting(requestNo: string): PlantingRow | undefined;
+  /** Removes requests and plantings older than the retention (default: the one opened with); returns how many went. */
+  prune(now: Date | number, retentionMs?: number): { requests: number; plantings: number };
   recentRuns(opts?: { limit?: number; since?: Date | number | string; target?: string }): RunSummary[];
   findings(opts?: { since?: Date | number | string; target?: string; limit?: number }): StoredFinding[];
   latestPerTarget(): TargetLatest[];
@@ -267,6 +274,29 @@ const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE scenario_runs_v2 RENAME TO scenario_runs;
     `,
   },
+  {
+    version: 3,
+    name: 'plantings: one row per planting request; markers derived, not stored',
+    // Earlier markers were random: they cannot be re-derived. Each request's rows collapse into one legacy
+    // planting (its request number 'legacy-N', never a decrypted one) so the record of what was planted
+    // stays until retention prunes it.
+    sql: `
+      CREATE TABLE plantings (
+        request_no   TEXT PRIMARY KEY,
+        run_id       TEXT NOT NULL,
+        request_id   TEXT NOT NULL,
+        role         TEXT NOT NULL,
+        tenant       TEXT NOT NULL,
+        planted_at   TEXT NOT NULL,
+        marker_count INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      INSERT INTO plantings (request_no, run_id, request_id, role, tenant, planted_at, marker_count)
+        SELECT 'legacy-' || min(rowid), run_id, request_id, min(role), min(tenant), min(planted_at), count(*)
+        FROM markers GROUP BY run_id, request_id;
+      DROP TABLE markers;
+      CREATE INDEX plantings_planted ON plantings (planted_at);
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
@@ -380,8 +410,11 @@ export function openStore(opts: StoreOptions): Store {
     @usage_completion_tokens, @cached_tokens, @latency_ms, @ttft_ms, @finish_reason, @error, @at)`);
   const insertFinding = db.prepare(`INSERT INTO findings (run_id, target, scenario, kind, severity, evidence, chance, at)
     VALUES (@run_id, @target, @scenario, @kind, @severity, @evidence, @chance, @at)`);
-  const insertMarker = db.prepare(`INSERT OR IGNORE INTO markers (marker, run_id, request_id, role, tenant, planted_at)
-    VALUES (@marker, @run_id, @request_id, @role, @tenant, @planted_at)`);
+  const upsertPlanting = db.prepare(`INSERT INTO plantings (request_no, run_id, request_id, role, tenant, planted_at, marker_count)
+    VALUES (@request_no, @run_id, @request_id, @role, @tenant, @planted_at, @marker_count)
+    ON CONFLICT (request_no) DO UPDATE SET marker_count = max(marker_count, excluded.marker_count)`);
+  const PLANTING_SELECT = `SELECT p.*, r.target AS target, r.base_url AS base_url FROM plantings p LEFT JOIN runs r ON r.run_id = p.run_id`;
+  const selectPlanting = db.prepare(`${PLANTING_SELECT} WHERE p.request_no = ?`);
 
   const short = (s: string, secrets: readonly string[]): string => safeText(s, MAX_SHORT, secrets);
 
@@ -461,13 +494,26 @@ export function openStore(opts: StoreOptions): Store {
     for (const f of findings.slice(0, MAX_FINDINGS_PER_SCENARIO)) insertFinding.run(findingRow(ref.runId, ref.target, f, at, secrets));
   });
 
-  const writeMarkers = db.transaction((rows: readonly MarkerRow[]) => {
-    for (const m of rows) {
-      insertMarker.run({
-        marker: m.marker, run_id: m.runId, request_id: m.requestId, role: m.role, tenant: m.tenant,
-        planted_at: iso(m.plantedAt, 'plantedAt'),
+  const writePlantings = db.transaction((rows: readonly PlantingRow[]) => {
+    const secrets = secretsOf();
+    for (const p of rows) {
+      if (typeof p.requestNo !== 'string' || !/^[0-9a-f]{16}$/.test(p.requestNo)) {
+        throw new StoreError('KVC_STORE_INVALID_RUN', `planting: expected a request number of 16 hex digits, got ${JSON.stringify(String(p.requestNo).slice(0, 40))}`);
+      }
+      if (!Number.isInteger(p.markerCount) || p.markerCount < 0) {
+        throw new StoreError('KVC_STORE_INVALID_RUN', `planting ${p.requestNo}: expected a non-negative integer marker count, got ${String(p.markerCount)}`);
+      }
+      upsertPlanting.run({
+        request_no: p.requestNo, run_id: short(p.runId, secrets), request_id: short(p.requestId, secrets), role: short(p.role, secrets),
+        tenant: short(p.tenant, secrets), planted_at: iso(p.plantedAt, 'plantedAt'), marker_count: p.markerCount,
       });
     }
+  });
+
+  type PlantingDbRow = { request_no: string; run_id: string; request_id: string; role: string; tenant: string; planted_at: string; marker_count: number; target: string | null; base_url: string | null };
+  const plantingOf = (r: PlantingDbRow): PlantingRow => ({
+    requestNo: r.request_no, runId: r.run_id, requestId: r.request_id, role: r.role, tenant: r.tenant, plantedAt: r.planted_at,
+    markerCount: r.marker_count, ...(r.target !== null ? { target: r.base_url !== null ? `${r.target} (${r.base_url})` : r.target } : {}),
   });
 
   function scenariosOf(runIds: string[]): Map<string, ScenarioSummary[]> {
@@ -528,16 +574,24 @@ export function openStore(opts: StoreOptions): Store {
       writeFindings(ref, findings, iso(at, 'at'));
     },
 
-    recordMarkers(rows) {
+    recordPlantings(rows) {
       open();
-      writeMarkers(rows);
+      writePlantings(rows);
     },
 
-    loadMarkers(since) {
+    loadPlantings(since, { limit } = {}) {
       open();
-      const rows = db.prepare('SELECT * FROM markers WHERE planted_at >= ? ORDER BY planted_at').all(iso(since, 'since')) as
-        { marker: string; run_id: string; request_id: string; role: string; tenant: string; planted_at: string }[];
-      return rows.map((r) => ({ marker: r.marker, runId: r.run_id, requestId: r.request_id, role: r.role, tenant: r.tenant, plantedAt: r.planted_at }));
+      // Newest first under the limit, returned oldest first; legacy rows (no request number) cannot be re-derived.
+      const rows = db.prepare(`SELECT * FROM (${PLANTING_SELECT} WHERE p.planted_at >= @since AND p.request_no NOT LIKE 'legacy-%'
+        ORDER BY p.planted_at DESC LIMIT @limit) ORDER BY planted_at`)
+        .all({ since: iso(since, 'since'), limit: limit === undefined ? -1 : Math.max(0, Math.floor(limit)) }) as PlantingDbRow[];
+      return rows.map(plantingOf);
+    },
+
+    findPlanting(requestNo) {
+      open();
+      const row = selectPlanting.get(requestNo) as PlantingDbRow | undefined;
+      return row === undefined ? undefined : plantingOf(row);
     },
 
     prune(now, retentionMs = opts.retentionMs) {
@@ -545,7 +599,7 @@ export function openStore(opts: StoreOptions): Store {
       const cutoff = iso((now instanceof Date ? now.getTime() : now) - retentionMs, 'now');
       return db.transaction(() => ({
         requests: db.prepare('DELETE FROM requests WHERE at < ?').run(cutoff).changes,
-        markers: db.prepare('DELETE FROM markers WHERE planted_at < ?').run(cutoff).changes,
+        plantings: db.prepare('DELETE FROM plantings WHERE planted_at < ?').run(cutoff).changes,
       }))();
     },
 

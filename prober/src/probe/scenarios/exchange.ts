@@ -119,7 +119,10 @@ export function leakFindings(scenario: string, ex: Exchange): Finding[] {
       {
         match: m.fragment,
         excerpt: m.excerpt,
-        planted: { runId: m.owner.runId, requestId: m.owner.requestId, role: m.owner.role, tenant: m.owner.tenant, at: m.owner.plantedAt },
+        planted: {
+          runId: m.owner.runId, requestId: m.owner.requestId, role: m.owner.role, tenant: m.owner.tenant, at: m.owner.plantedAt,
+          by: m.plantedBy, ...(m.owner.target !== undefined ? { target: m.owner.target } : {}),
+        },
         read: { requestId: ex.requestId, role: ex.record.role, tenant: ex.tenant, ...(ex.result.status !== undefined ? { status: ex.result.status } : {}) },
         facts: { exact: m.exact, matchedChars: m.length, bodyOffset: m.bodyOffset, prefixed: m.prefixed },
       },
