@@ -17,7 +17,8 @@
  *   `noCache` (caching off: nothing is stored, cached_tokens 0), `leaky` (a hit makes the completion
  *   continue the cached entry: the rest of the prompt that wrote the last matched block and that request's
  *   output, so text crosses requests as in llama.cpp #27148), `reportCached: false` (usage without
- *   prompt_tokens_details), `enforceContext: false` (over-limit prompts are answered).
+ *   prompt_tokens_details), `enforceContext: false` (over-limit prompts are answered), `failEvery: N` (every
+ *   Nth completion answered 503).
  * - Ground truth for tests (the prober never sees it): `stats()`.
  */
 import { createHash } from 'node:crypto';
@@ -42,6 +43,8 @@ export interface PrefixCacheServerOptions {
   reportCached?: boolean;
   /** @default true */
   enforceContext?: boolean;
+  /** Answer every Nth completion request with a 503 (an endpoint that fails some requests). */
+  failEvery?: number;
 }
 
 export interface PrefixCacheStats {
@@ -106,6 +109,9 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
     const salt = typeof body['cache_salt'] === 'string' ? body['cache_salt'] : '';
     const stream = body['stream'] === true;
     stats.requests++;
+    if (opts.failEvery !== undefined && stats.requests % opts.failEvery === 0) {
+      return json(res, 503, { error: { message: 'overloaded', type: 'ServiceUnavailableError', code: 503 } });
+    }
     if (enforceContext && prompt.length + maxTokens > context) {
       return json(res, 400, {
         error: {

@@ -35,11 +35,15 @@ describe('kvcanary run: a well-behaved endpoint', () => {
     expect(doc.model).toBe('echo');
     // The default is every registered scenario, in registry order (the registry grows; this pins the default).
     expect(doc.scenarios.map((s) => s.name)).toEqual([...SCENARIO_NAMES]);
-    // The pool is not exposed: capacity cannot be established, so the run is inconclusive, not a pass.
-    expect(doc.scenarios.find((s) => s.name === 'capacity-audit')?.outcome).toBe('inconclusive');
-    expect(doc.scenarios.find((s) => s.name === 'overlimit-handoff')?.outcome).toBe('pass');
-    expect(doc.outcome).toBe('inconclusive');
-    expect(r.code).toBe(2);
+    // No pool is exposed (overlimit-handoff judges that risk by behaviour) and there is no prefix cache (no
+    // cached_tokens, and the escalated same-tenant timing control shows no reuse): those are not applicable,
+    // and the behavioural scenarios pass, so the run passes.
+    const outcome = (name: string): string | undefined => doc.scenarios.find((s) => s.name === name)?.outcome;
+    expect(outcome('capacity-audit')).toBe('not-applicable');
+    expect(outcome('overlimit-handoff')).toBe('pass');
+    for (const name of ['prefix-isolation', 'prefix-collision', 'prefix-churn']) expect(outcome(name), name).toBe('not-applicable');
+    expect(doc.outcome).toBe('pass');
+    expect(r.code).toBe(0);
     expect(r.stdout + r.stderr).not.toContain('sk-test-secret-123456');
   });
 });

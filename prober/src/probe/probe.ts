@@ -85,6 +85,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         budget: tokenBudget(req.tokenBudget),
         tuning,
         calibration: { tried: false },
+        prefixReuse: {},
         onMarkers: deps.onMarkers ?? (() => {}),
         progress,
         now,

@@ -7,6 +7,7 @@ import type { Scanner } from '../scanner.js';
 import type { TargetClient } from '../target/client.js';
 import type { Introspection } from '../target/introspect.js';
 import type { TokenLine } from '../prompts.js';
+import type { PrefixReuseMemo } from './prefix-reuse.js';
 
 /** One identity the prober sends as: its own client (API key, headers) and body extras (cache_salt). */
 export interface Tenant {
@@ -79,6 +80,8 @@ export interface ScenarioContext {
   tuning: ProbeTuning;
   /** Calibrated over-limit prompt line, shared by scenarios of one cycle (computed on first use). */
   calibration: { line?: TokenLine | undefined; tried: boolean };
+  /** Whether this cycle's sends showed prefix reuse at all (prefix-reuse.ts); absent: not tracked. */
+  prefixReuse?: PrefixReuseMemo;
   /** Called with markers after they are registered and before the request carrying them is sent (persist them). */
   onMarkers: (entries: MarkerEntry[]) => void;
   progress: (message: string) => void;

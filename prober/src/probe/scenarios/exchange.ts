@@ -25,6 +25,8 @@ export interface ExchangeSpec {
   signal?: AbortSignal;
   /** Called on the first generated text (the request is then decoding and holds its KV pages). */
   onFirstText?: () => void;
+  /** Sees each generated chunk after the scanner (a scenario comparing continuations keeps a bounded prefix). */
+  onText?: (chunk: string) => void;
 }
 
 export interface Exchange {
@@ -59,6 +61,7 @@ export async function exchange(ctx: ScenarioContext, spec: ExchangeSpec): Promis
     abortAfter,
     onText: (chunk) => {
       session.push(chunk);
+      spec.onText?.(chunk);
       if (first !== undefined && chunk.length > 0) {
         first();
         first = undefined;

@@ -36,6 +36,7 @@ import { tokenLine } from './calibration.js';
 import type { ScenarioContext, Tenant } from './context.js';
 import { exchange, sentBySelf, type Exchange } from './exchange.js';
 import { initialSizing, plant, type PlanterSizing } from './planting.js';
+import { notApplicableNote, recordReuse, reuseByCachedTokens } from './prefix-reuse.js';
 import { ResultBuilder } from './result-builder.js';
 import { tenantPair } from './tenant-pair.js';
 
@@ -73,7 +74,18 @@ interface Round {
   control?: Exchange;
   churn?: ChurnTally;
   reread?: Exchange;
+  /** llama.cpp: the slot every send of the round was pinned to (`id_slot`). */
+  slot?: number;
+  /** llama.cpp: prompt tokens the pinned slot held after the churn (/slots), when read. */
+  slotHeldAfterChurn?: number;
+  /** The first generated characters of warm, control and re-read (greedy decoding; compared, never stored). */
+  text: { warm: string; control: string; reread: string };
 }
+
+/** Generated characters kept per send for the continuation comparison. */
+const TEXT_KEEP_CHARS = 400;
+/** Rounds played at most while none was exercised end to end (requests the endpoint failed). */
+const MAX_ROUNDS = 4;
 
 export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult> {
   const out = new ResultBuilder(PREFIX_CHURN, ctx);
@@ -94,8 +106,12 @@ export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult>
   out.note(prefix.note);
   if (prefix.reps === undefined) return out.finish('inconclusive');
 
-  // --- Churn: the largest exposed pool (where a prefix cache keeps its pages), plus a margin.
-  const pool = ctx.introspection.largestPoolTokens ?? ctx.introspection.poolTokens;
+  // --- Churn: the largest exposed pool (where a prefix cache keeps its pages), plus a margin. llama.cpp keeps
+  // its cache per slot: every send of a round is pinned to one slot (`id_slot`), and the churn must cover
+  // that slot's cells (its n_ctx) — churn sent to another slot never reaches P.
+  const slots = ctx.introspection.slots;
+  const pool = slots !== undefined && ctx.introspection.poolTokens === undefined ? Math.min(...slots.nCtx) : (ctx.introspection.largestPoolTokens ?? ctx.introspection.poolTokens);
+  if (slots !== undefined) out.note(`llama.cpp slots: each round pins its sends and its churn to one of ${slots.total} slot(s) (id_slot), whose ${pool} cells the churn covers`);
   const perRequest = Math.min(requestCap, pool ?? Infinity);
   const pieceCap = Number.isFinite(perRequest) ? Math.floor(perRequest * PIECE_SHARE) - SHORT_MAX_TOKENS : undefined;
   const pieceTokens = Math.min(ctx.tuning.planterTokens ?? pieceCap ?? 2048, pieceCap ?? Infinity);
@@ -114,24 +130,42 @@ export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult>
   const sizing = initialSizing();
   const done: Round[] = [];
   let stopped = false;
-  for (let i = 0; i < rounds && !(stopped = ctx.signal.aborted); i++) {
-    const round: Round = {};
+  const complete = (r: Round): boolean => r.control?.result.transport === 'ok' && r.reread?.result.transport === 'ok';
+  for (let i = 0; (i < rounds || (i < Math.max(rounds, MAX_ROUNDS) && !done.some(complete))) && !(stopped = ctx.signal.aborted); i++) {
+    const round: Round = { text: { warm: '', control: '', reread: '' } };
     done.push(round);
+    const slot = slots !== undefined ? i % slots.total : undefined;
+    const a = slot === undefined ? pair.a : pinned(pair.a, slot);
+    const b = slot === undefined ? pair.b : pinned(pair.b, slot);
+    if (slot !== undefined) round.slot = slot;
+    const keep = (k: keyof Round['text']) => (chunk: string) => {
+      if (round.text[k].length < TEXT_KEEP_CHARS) round.text[k] = (round.text[k] + chunk).slice(0, TEXT_KEEP_CHARS);
+    };
     const marker = ctx.registry.plant({ runId: ctx.runId, requestId: ctx.newRequestId('churn-warm'), role: 'churn-warm', tenant: pair.a.name });
     ctx.onMarkers([marker]);
     const prompt = `${marker.marker}\n${readerPrompt(prefix.reps)}`;
     const own = [marker.marker];
-    round.warm = await sender.send(pair.a, 'churn-warm', prompt, own, SHORT_MAX_TOKENS, marker.requestId);
-    if ((stopped = round.warm?.result.transport !== 'ok')) break;
-    round.control = await sender.send(pair.a, 'churn-control', prompt, own, SHORT_MAX_TOKENS);
+    round.warm = await sender.send(a, 'churn-warm', prompt, own, SHORT_MAX_TOKENS, marker.requestId, keep('warm'));
+    if ((stopped = round.warm === undefined)) break;
+    if (round.warm.result.transport !== 'ok') continue; // not answered: this round proves nothing, try another
+    round.control = await sender.send(a, 'churn-control', prompt, own, SHORT_MAX_TOKENS, undefined, keep('control'));
     if ((stopped = round.control === undefined)) break;
-    round.churn = await churn(ctx, out, sizing, pair.b, churnTarget, pieceTokens);
+    round.churn = await churn(ctx, out, sizing, b, churnTarget, pieceTokens);
     if ((stopped = round.churn.planters === 0)) break; // nothing churned: a re-read would show nothing
-    round.reread = await sender.send(pair.a, 'churn-reader', prompt, own, readerMaxTokens);
+    if (slot !== undefined) {
+      const held = (await ctx.introspection.readSlots?.())?.find((st) => st.id === slot)?.nPromptTokens;
+      if (held !== undefined) round.slotHeldAfterChurn = held;
+    }
+    round.reread = await sender.send(a, 'churn-reader', prompt, own, readerMaxTokens, undefined, keep('reread'));
     if ((stopped = round.reread === undefined)) break;
   }
   if (stopped) out.note(`stopped early, ${done.length} of ${rounds} round(s) begun (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted, or the first send of P was not answered'})`);
-  return judge(out, done, pool);
+  return judge(ctx, out, done, pool);
+}
+
+/** The same tenant, its requests pinned to one llama.cpp slot. */
+function pinned(t: Tenant, slot: number): Tenant {
+  return { ...t, extraBody: { ...t.extraBody, id_slot: slot } };
 }
 
 /** Sends P for tenant A; P's own marker in the response is self-echo (the request sent it), not a leak. */
@@ -143,8 +177,9 @@ class PrefixSender {
     private readonly out: ResultBuilder,
   ) {}
 
-  async send(tenant: Tenant, role: string, prompt: string, own: readonly string[], maxTokens: number, requestId?: string): Promise<Exchange | undefined> {
+  async send(tenant: Tenant, role: string, prompt: string, own: readonly string[], maxTokens: number, requestId?: string, onText?: (chunk: string) => void): Promise<Exchange | undefined> {
     const ex = await exchange(this.ctx, {
+      ...(onText !== undefined ? { onText } : {}),
       role,
       tenant,
       prompt,
@@ -217,7 +252,7 @@ async function churn(ctx: ScenarioContext, out: ResultBuilder, sizing: PlanterSi
   return tally;
 }
 
-function judge(out: ResultBuilder, rounds: Round[], pool: number | undefined): ScenarioResult {
+function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], pool: number | undefined): ScenarioResult {
   const ok = (ex: Exchange | undefined): ex is Exchange => ex !== undefined && ex.result.transport === 'ok';
   const cached = (ex: Exchange | undefined): number | undefined => (ok(ex) ? ex.result.usage?.cachedTokens : undefined);
   const fmt = (n: number | undefined): string => (n === undefined ? '?' : String(n));
@@ -228,6 +263,8 @@ function judge(out: ResultBuilder, rounds: Round[], pool: number | undefined): S
   let exercised = 0;
   let survived = 0;
   let shortChurn = 0;
+  let restored = 0;
+  let corrupt = 0;
   rounds.forEach((r, i) => {
     const [w, c, rr] = [cached(r.warm), cached(r.control), cached(r.reread)];
     if (c !== undefined) reported = true;
@@ -238,18 +275,49 @@ function judge(out: ResultBuilder, rounds: Round[], pool: number | undefined): S
     if (r.churn !== undefined && r.churn.sent < Math.min(r.churn.target * (1 - CHURN_TOLERANCE), pool ?? Infinity)) shortChurn++;
     const evicted = controlReuse && rr !== undefined && rr < c!;
     if (evicted) exercised++;
-    if (controlReuse && rr !== undefined && rr >= c! && covered) survived++;
+    // llama.cpp: the pinned slot held another prompt after the churn, yet P was served from the cache: its
+    // KV came from a copy kept beyond the slot's cells (the host prompt cache, --cache-ram). Greedy decoding
+    // over P's own KV continues exactly as the fresh computation did (warm = control shows this endpoint is
+    // deterministic across a cache hit); a restore of cells another request wrote would not.
+    const slotTaken = r.slot !== undefined && r.slotHeldAfterChurn !== undefined && r.control?.result.usage?.promptTokens !== r.slotHeldAfterChurn;
+    const keptBeyondSlot = controlReuse && rr !== undefined && rr >= c! && slotTaken;
+    const deterministic = r.text.warm.length > 0 && r.text.control === r.text.warm;
+    const intact = keptBeyondSlot && deterministic && r.text.reread.startsWith(r.text.control);
+    if (intact) {
+      exercised++;
+      restored++;
+    } else if (keptBeyondSlot && deterministic) corrupt++;
+    if (controlReuse && rr !== undefined && rr >= c! && covered && !intact) survived++;
     const churn = r.churn === undefined ? 'no churn' : `churn ${r.churn.sent}/${r.churn.target} tokens in ${r.churn.ok}/${r.churn.planters} planter(s)${r.churn.estimated ? ' (partly estimated: usage not reported)' : ''}`;
     out.note(
       `round ${i + 1}: cached tokens warm ${fmt(w)}, control ${fmt(c)}, re-read ${fmt(rr)}; ${churn}; re-read ${r.reread === undefined ? 'not sent' : r.reread.result.transport === 'ok' ? 'answered' : r.reread.result.transport}` +
-        (evicted ? ': P evicted by the churn' : controlReuse && rr !== undefined ? ': P still cached after the churn' : '') +
+        (r.slot !== undefined ? `; slot ${r.slot}${r.slotHeldAfterChurn !== undefined ? ` held a ${r.slotHeldAfterChurn}-token prompt after the churn` : ''}` : '') +
+        (evicted
+          ? ': P evicted by the churn'
+          : intact
+            ? ': P restored from a copy kept beyond the slot (host prompt cache), its continuation identical to the fresh computation'
+            : keptBeyondSlot && deterministic
+              ? ": P served from the cache after the churn took its slot, but its continuation differs from the fresh computation's: the KV served for P was not P's own (llama.cpp #27148's class)"
+              : controlReuse && rr !== undefined
+                ? ': P still cached after the churn'
+                : '') +
         (r.reread !== undefined && r.reread.foreign.length > 0 ? `; the re-read carried ${new Set(r.reread.foreign.map((m) => m.marker)).size} marker(s) of other requests` : ''),
     );
   });
 
   // A finding decides the outcome (finish() makes it a fail); the reasons below say why a clean run could not pass.
   if (out.findings.length > 0) return out.finish('inconclusive');
+  // Is there a prefix cache at all? warm → control is an exact same-tenant re-send (prefix-reuse.ts).
+  const byTokens = reuseByCachedTokens(rounds.map((r) => ({ first: cached(r.warm), resend: ok(r.warm) ? cached(r.control) : undefined })));
+  recordReuse(ctx.prefixReuse, { ...byTokens, by: PREFIX_CHURN });
+  const verdict = byTokens.reuse === 'none' ? { ...byTokens, by: PREFIX_CHURN } : ctx.prefixReuse?.verdict;
+  if (reuse === 0 && verdict?.reuse === 'none') {
+    out.note(notApplicableNote(verdict));
+    return out.finish('not-applicable');
+  }
+  if (restored > 0) out.note(`in ${restored} round(s) the churn took P's slot and P came back from the host prompt cache intact: entries there are copies, not the slot's reused cells`);
   const reasons: string[] = [];
+  if (corrupt > 0) reasons.push(`in ${corrupt} round(s) P was served from the cache after the churn took its slot, with a continuation unlike the fresh computation's: the served KV was not P's own`);
   if (answered === 0) reasons.push('no re-read was answered');
   if (!reported) {
     reasons.push('cached tokens are not reported: reuse before the churn and eviction after it are unobservable, so a clean re-read proves nothing');

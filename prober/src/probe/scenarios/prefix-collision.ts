@@ -31,12 +31,14 @@ import { MARKER_CUE } from '../prompts.js';
 import type { ScenarioResult } from '../result.js';
 import type { ScenarioContext, Tenant } from './context.js';
 import { exchange, sentBySelf, type Exchange } from './exchange.js';
+import { notApplicableNote, recordReuse, reuseByCachedTokens } from './prefix-reuse.js';
 import { ResultBuilder } from './result-builder.js';
 import { tenantPair } from './tenant-pair.js';
 
 export const PREFIX_COLLISION = 'prefix-collision';
 
 const ROUNDS = 2;
+const MAX_ROUNDS = 5;
 /** Window used when the endpoint does not advertise its page size: divides every common page size from 16 up. */
 const DEFAULT_WINDOW = 8;
 const MAX_WINDOW = 1024;
@@ -63,11 +65,11 @@ export async function prefixCollision(ctx: ScenarioContext): Promise<ScenarioRes
   }
   if (ctx.api !== 'completions') {
     out.note('the collider is a token-id prompt, which only /v1/completions takes: not run with the chat API');
-    return out.finish('inconclusive');
+    return finishUnbuilt(ctx, out);
   }
   if (tokenizeIds === undefined) {
     out.note('no /tokenize that lists token ids: the collider cannot be built');
-    return out.finish('inconclusive');
+    return finishUnbuilt(ctx, out);
   }
   const window = pageSize !== undefined && pageSize >= 4 && pageSize <= MAX_WINDOW ? pageSize : DEFAULT_WINDOW;
   out.note(`collider blocks reordered in ${window}-token windows (${pageSize !== undefined ? `page size ${pageSize} advertised` : 'page size not advertised'})`);
@@ -88,12 +90,15 @@ export async function prefixCollision(ctx: ScenarioContext): Promise<ScenarioRes
   out.note(`prefixes of ${count} markers (about ${Math.round(count * perMarker)} tokens)`);
 
   const rounds: Round[] = [];
-  for (let i = 0; i < ROUNDS && !ctx.signal.aborted; i++) {
+  // Up to MAX_ROUNDS while no round has an answered control and collider (an endpoint that fails some
+  // requests still gets judged; an error is never read as an answer).
+  const complete = (): boolean => rounds.some((r) => r.control?.result.transport === 'ok' && r.collider?.result.transport === 'ok');
+  for (let i = 0; (i < ROUNDS || (i < MAX_ROUNDS && !complete())) && !ctx.signal.aborted; i++) {
     const round = await runRound(ctx, out, tenant, { count, window, maxTokens, tokenizeIds });
     if (round === undefined) break;
     rounds.push(round);
   }
-  return judge(ctx.runId, out, rounds, window);
+  return judge(ctx, out, rounds, window);
 }
 
 async function runRound(
@@ -148,7 +153,8 @@ async function runRound(
   return round;
 }
 
-function judge(runId: string, out: ResultBuilder, rounds: Round[], window: number): ScenarioResult {
+function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], window: number): ScenarioResult {
+  const runId = ctx.runId;
   const ok = (ex: Exchange | undefined): ex is Exchange => ex !== undefined && ex.result.transport === 'ok';
   const cached = (ex: Exchange | undefined): number | undefined => (ok(ex) ? ex.result.usage?.cachedTokens : undefined);
   const baseline = Math.max(0, ...rounds.map((r) => cached(r.plant) ?? 0));
@@ -180,6 +186,14 @@ function judge(runId: string, out: ResultBuilder, rounds: Round[], window: numbe
       }),
     );
   }
+  // Is there a prefix cache at all? The control is an exact same-tenant re-send (prefix-reuse.ts).
+  const byTokens = reuseByCachedTokens(rounds.map((r) => ({ first: cached(r.plant), resend: ok(r.plant) ? cached(r.control) : undefined })));
+  recordReuse(ctx.prefixReuse, { ...byTokens, by: PREFIX_COLLISION });
+  const verdict = ctx.prefixReuse?.verdict;
+  if (controlled.length === 0 && out.findings.length === 0 && (byTokens.reuse === 'none' || verdict?.reuse === 'none')) {
+    out.note(notApplicableNote(byTokens.reuse === 'none' ? { ...byTokens, by: PREFIX_COLLISION } : verdict!));
+    return out.finish('not-applicable');
+  }
   const reasons: string[] = [];
   if (controlled.length === 0) {
     reasons.push(
@@ -191,6 +205,16 @@ function judge(runId: string, out: ResultBuilder, rounds: Round[], window: numbe
   if (probed.length === 0) reasons.push('no collider was answered');
   for (const r of reasons) out.note(r);
   return out.finish(reasons.length === 0 ? 'pass' : 'inconclusive');
+}
+
+/** The collider could not be built: not applicable where this cycle showed no prefix reuse at all, else inconclusive. */
+function finishUnbuilt(ctx: ScenarioContext, out: ResultBuilder): ScenarioResult {
+  const verdict = ctx.prefixReuse?.verdict;
+  if (verdict?.reuse === 'none') {
+    out.note(notApplicableNote(verdict));
+    return out.finish('not-applicable');
+  }
+  return out.finish('inconclusive');
 }
 
 /** Tokens one marker with its separator costs on the endpoint's tokenizer (8 sampled, never registered). */

@@ -40,6 +40,7 @@ import type { ScenarioResult } from '../result.js';
 import { minPairsFor, timingSideChannelTest, type PairedSample, type TimingDecision } from '../stats.js';
 import type { ScenarioContext, Tenant } from './context.js';
 import { exchange, sentBySelf, type Exchange } from './exchange.js';
+import { notApplicableNote, recordReuse, reuseByCachedTokens, type PrefixReuseVerdict } from './prefix-reuse.js';
 import { ResultBuilder } from './result-builder.js';
 import { sameIdentity, tenantPair, type TenantPair } from './tenant-pair.js';
 
@@ -105,39 +106,64 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
   }
 
   const sender = new PrefixSender(ctx, out, maxTokens);
-  const done: Round[] = [];
+  const needed = minPairsFor(alpha);
   let prefixMarkers = markers.count;
-  for (let i = 0; i < rounds && !ctx.signal.aborted; i++) {
-    if (i === 1 && ctx.tuning.timingPairs === undefined && ctx.tuning.prefixTokens === undefined && !reportsCachedTokens(done[0]!)) {
-      // Without cached tokens the timing test alone speaks for B: give it more pairs and a longer prefix to skip.
-      const longer = await prefixMarkerCount(ctx, UNREPORTED_PREFIX_FACTOR * (ctx.tuning.prefixTokens ?? DEFAULT_PREFIX_TOKENS), maxTokens);
-      rounds = UNREPORTED_TIMING_PAIRS;
-      prefixMarkers = Math.max(prefixMarkers, longer.count);
-      out.note(`cached_tokens not reported in the first round: timing alone speaks, so ${rounds} rounds and from now on ${longer.note}`);
+  /**
+   * Plays rounds into `done`: `planned` of them, and up to as many again while too few timing pairs were
+   * answered to decide (an endpoint that fails some requests, e.g. llama-server on noise output, still gets
+   * judged; an error is never read as an answer).
+   */
+  const play = async (done: Round[], planned: number, escalate: boolean): Promise<void> => {
+    for (let i = 0; !ctx.signal.aborted && (i < planned || (i < 2 * planned && usablePairs(done) < needed)); i++) {
+      if (escalate && i === 1 && ctx.tuning.timingPairs === undefined && ctx.tuning.prefixTokens === undefined && !reportsCachedTokens(done[0]!)) {
+        // Without cached tokens the timing test alone speaks for B: give it more pairs and a longer prefix to skip.
+        const longer = await prefixMarkerCount(ctx, UNREPORTED_PREFIX_FACTOR * (ctx.tuning.prefixTokens ?? DEFAULT_PREFIX_TOKENS), maxTokens);
+        planned = rounds = UNREPORTED_TIMING_PAIRS;
+        prefixMarkers = Math.max(prefixMarkers, longer.count);
+        out.note(`cached_tokens not reported in the first round: timing alone speaks, so ${rounds} rounds and from now on ${longer.note}`);
+      }
+      const round: Round = {};
+      done.push(round);
+      const planted = sender.reserve(pair.a, 'prefix-planter', prefixMarkers);
+      const fresh = sender.reserve(pair.b, 'prefix-fresh', prefixMarkers);
+      const prefix = await sender.send(pair.a, 'prefix-planter', planted.markers, planted.requestId);
+      if (prefix === undefined) break;
+      round.plant = prefix.sent;
+      if (prefix.sent.ex.result.transport !== 'ok') continue;
+      const steps: Array<() => Promise<void>> = [
+        async () => void (round.control = (await sender.send(pair.a, 'prefix-control', prefix.markers))?.sent),
+        async () => void (round.reader = (await sender.send(pair.b, 'prefix-reader', prefix.markers))?.sent),
+        async () => void (round.fresh = (await sender.send(pair.b, 'prefix-fresh', fresh.markers, fresh.requestId))?.sent),
+      ];
+      // Random order within the round: neither side of a timing pair is systematically first.
+      for (let k = steps.length - 1; k > 0; k--) {
+        const j = randomInt(k + 1);
+        [steps[k], steps[j]] = [steps[j]!, steps[k]!];
+      }
+      for (const step of steps) await step();
     }
-    const round: Round = {};
-    done.push(round);
-    const planted = sender.reserve(pair.a, 'prefix-planter', prefixMarkers);
-    const fresh = sender.reserve(pair.b, 'prefix-fresh', prefixMarkers);
-    const prefix = await sender.send(pair.a, 'prefix-planter', planted.markers, planted.requestId);
-    if (prefix === undefined) break;
-    round.plant = prefix.sent;
-    if (prefix.sent.ex.result.transport !== 'ok') continue;
-    const steps: Array<() => Promise<void>> = [
-      async () => void (round.control = (await sender.send(pair.a, 'prefix-control', prefix.markers))?.sent),
-      async () => void (round.reader = (await sender.send(pair.b, 'prefix-reader', prefix.markers))?.sent),
-      async () => void (round.fresh = (await sender.send(pair.b, 'prefix-fresh', fresh.markers, fresh.requestId))?.sent),
-    ];
-    // Random order within the round: neither side of a timing pair is systematically first.
-    for (let k = steps.length - 1; k > 0; k--) {
-      const j = randomInt(k + 1);
-      [steps[k], steps[j]] = [steps[j]!, steps[k]!];
-    }
-    for (const step of steps) await step();
-  }
-  if (done.length < rounds) out.note(`stopped after ${done.length} of ${rounds} rounds (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
+  };
 
-  return judge(ctx, out, pair, done, { alpha, minEffect });
+  const done: Round[] = [];
+  await play(done, rounds, true);
+  if (done.length < rounds) out.note(`stopped after ${done.length} of ${rounds} rounds (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
+  else if (done.length > rounds) out.note(`${done.length - rounds} extra round(s): requests went unanswered and the timing test needs ${needed} answered pairs`);
+
+  // A timing effect for B that B's own cached tokens contradict (reported, reuse shown for A, none for B) is
+  // not raised on one test: earlier traffic of the run (late batches of aborted requests, leftover load) can
+  // skew one window of pairs. A second, independent set of rounds must confirm it.
+  let retest: Round[] | undefined;
+  const first = tokenFacts(done);
+  if (!ctx.signal.aborted && first.contradicts && crossTest(done, { alpha, minEffect }).detected) {
+    out.note(`timing effect for ${pair.b.name} although its cached tokens show no reuse: re-testing with ${rounds} fresh rounds before raising it`);
+    retest = [];
+    await play(retest, rounds, false);
+  }
+  return judge(ctx, out, pair, done, { alpha, minEffect }, retest);
+}
+
+function usablePairs(rounds: readonly Round[]): number {
+  return rounds.filter((r) => r.reader?.ex.result.transport === 'ok' && r.fresh?.ex.result.transport === 'ok' && r.reader.ex.result.ttftMs !== undefined && r.fresh.ex.result.ttftMs !== undefined).length;
 }
 
 /** Sends prefix+suffix requests: registers markers first, and counts echoes of a request's own prompt as self. */
@@ -214,47 +240,70 @@ async function prefixMarkerCount(ctx: ScenarioContext, targetTokens: number, max
   return { count, note: `shared prefixes of ${count} markers (about ${Math.round(count * perMarker)} tokens; ${via}${capped})` };
 }
 
-function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, rounds: Round[], opts: { alpha: number; minEffect: number }): ScenarioResult {
-  const { a, b } = pair;
-  const ok = (s: Sent | undefined): s is Sent => s !== undefined && s.ex.result.transport === 'ok';
-  const cached = (s: Sent | undefined): number | undefined => (ok(s) ? s.ex.result.usage?.cachedTokens : undefined);
-  const ttft = (s: Sent | undefined): number | undefined => (ok(s) ? s.ex.result.ttftMs : undefined);
-  const max = (xs: Array<number | undefined>): number | undefined => {
-    const known = xs.filter((x): x is number => x !== undefined);
-    return known.length === 0 ? undefined : Math.max(...known);
-  };
+const okSent = (s: Sent | undefined): s is Sent => s !== undefined && s.ex.result.transport === 'ok';
+const cachedOf = (s: Sent | undefined): number | undefined => (okSent(s) ? s.ex.result.usage?.cachedTokens : undefined);
+const ttftOf = (s: Sent | undefined): number | undefined => (okSent(s) ? s.ex.result.ttftMs : undefined);
+function maxOf(xs: Array<number | undefined>): number | undefined {
+  const known = xs.filter((x): x is number => x !== undefined);
+  return known.length === 0 ? undefined : Math.max(...known);
+}
 
+/** What cached tokens say: baselines are what each tenant got on prefixes nobody had sent. */
+function tokenFacts(rounds: readonly Round[]) {
+  const baselineA = maxOf(rounds.map((r) => cachedOf(r.plant))) ?? 0;
+  const baselineB = maxOf(rounds.map((r) => cachedOf(r.fresh))) ?? baselineA;
+  const controls = rounds.filter((r) => cachedOf(r.control) !== undefined);
+  const controlHits = controls.filter((r) => cachedOf(r.control)! > baselineA);
+  const readers = rounds.filter((r) => cachedOf(r.reader) !== undefined);
+  const shared = readers.filter((r) => cachedOf(r.reader)! > baselineB);
+  const tokensShowReuse = controls.length > 0 && controlHits.length * 2 >= controls.length;
+  /** Cached tokens are trustworthy here (A's control reuse shows) and B got none: a timing effect for B contradicts them. */
+  const contradicts = tokensShowReuse && readers.length > 0 && shared.length === 0;
+  return { baselineA, baselineB, controls, controlHits, readers, shared, tokensShowReuse, contradicts };
+}
+
+function pairsOf(rounds: readonly Round[], pick: (r: Round) => [Sent | undefined, Sent | undefined]): PairedSample[] {
+  return rounds.flatMap((r) => {
+    const [hit, miss] = pick(r);
+    const c = ttftOf(hit);
+    const f = ttftOf(miss);
+    return c !== undefined && f !== undefined ? [{ cached: c, fresh: f }] : [];
+  });
+}
+
+/** B on A's prefix vs B on a fresh one (the side channel). */
+function crossTest(rounds: readonly Round[], opts: { alpha: number; minEffect: number }): TimingDecision {
+  return timingSideChannelTest(pairsOf(rounds, (r) => [r.reader, r.fresh]), opts);
+}
+
+function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, rounds: Round[], opts: { alpha: number; minEffect: number }, retest?: Round[]): ScenarioResult {
+  const { a, b } = pair;
   const sent = rounds.flatMap((r) => [r.plant, r.control, r.reader, r.fresh]).filter((s): s is Sent => s !== undefined);
-  const answered = sent.filter(ok).length;
+  const answered = sent.filter(okSent).length;
   out.note(`${rounds.length} round(s): ${answered}/${sent.length} requests answered`);
 
-  // --- Cached tokens: baselines are what each tenant got on prefixes nobody had sent.
-  const baselineA = max(rounds.map((r) => cached(r.plant))) ?? 0;
-  const baselineB = max(rounds.map((r) => cached(r.fresh))) ?? baselineA;
-  const controls = rounds.filter((r) => cached(r.control) !== undefined);
-  const controlHits = controls.filter((r) => cached(r.control)! > baselineA);
-  const readers = rounds.filter((r) => cached(r.reader) !== undefined);
-  const shared = readers.filter((r) => cached(r.reader)! > baselineB);
-  const tokensShowReuse = controls.length > 0 && controlHits.length * 2 >= controls.length;
+  // --- Cached tokens.
+  const { baselineA, baselineB, controls, controlHits, readers, shared, tokensShowReuse } = tokenFacts(rounds);
+  const reported = sent.some((s) => okSent(s) && s.ex.result.usage?.cachedTokens !== undefined);
   if (controls.length > 0) {
     out.note(
-      `cached_tokens: ${a.name} control above its baseline ${baselineA} in ${controlHits.length}/${controls.length} round(s) (max ${max(controls.map((r) => cached(r.control))) ?? 0}); ` +
+      `cached_tokens: ${a.name} control above its baseline ${baselineA} in ${controlHits.length}/${controls.length} round(s) (max ${maxOf(controls.map((r) => cachedOf(r.control))) ?? 0}); ` +
         `${b.name} on ${a.name}'s prefix above its baseline ${baselineB} in ${shared.length}/${readers.length}`,
     );
   } else {
-    out.note('cached_tokens not reported: reuse can only be judged by timing');
+    out.note(reported ? 'cached_tokens reported, but on no answered control' : 'cached_tokens not reported: reuse can only be judged by timing');
   }
   if (shared.length > 0) {
-    const worst = shared.reduce((m, r) => (cached(r.reader)! > cached(m.reader)! ? r : m));
+    const worst = shared.reduce((m, r) => (cachedOf(r.reader)! > cachedOf(m.reader)! ? r : m));
     const reader = worst.reader!;
     const plant = worst.plant!;
     out.findings.push(
-      makeFinding('prefix-cache-shared-across-tenants', PREFIX_ISOLATION, {
-        match: `${b.name} was served ${cached(reader)} cached prompt tokens of a prefix only ${a.name} had sent`,
+      makeFinding(pair.declared ? 'prefix-cache-shared-across-tenants' : 'cache-salt-ignored', PREFIX_ISOLATION, {
+        match: `${b.name} was served ${cachedOf(reader)} cached prompt tokens of a prefix only ${a.name} had sent${pair.declared ? '' : ' (the two differ only by cache_salt)'}`,
         planted: { runId: ctx.runId, requestId: plant.ex.requestId, role: plant.ex.record.role, tenant: a.name, at: plant.at },
         read: { requestId: reader.ex.requestId, role: reader.ex.record.role, tenant: b.name, ...(reader.ex.result.status !== undefined ? { status: reader.ex.result.status } : {}) },
         facts: {
-          cachedTokens: cached(reader) ?? null,
+          cachedTokens: cachedOf(reader) ?? null,
           baselineCachedTokens: baselineB,
           promptTokens: reader.ex.result.usage?.promptTokens ?? null,
           sharedRounds: shared.length,
@@ -271,32 +320,51 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
   // cache's own effect). Both pairs are sent in random order within the round, so each pair's members are
   // exchangeable without a cache. (A's plant always goes first: against it, on a server without any cache,
   // the control looked faster in most cycles at p < 0.001, and a cacheless server passed.)
-  const pairsOf = (pick: (r: Round) => [Sent | undefined, Sent | undefined]): PairedSample[] =>
-    rounds.flatMap((r) => {
-      const [hit, miss] = pick(r);
-      const c = ttft(hit);
-      const f = ttft(miss);
-      return c !== undefined && f !== undefined ? [{ cached: c, fresh: f }] : [];
-    });
-  const crossPairs = pairsOf((r) => [r.reader, r.fresh]);
-  const samePairs = pairsOf((r) => [r.control, r.fresh]);
+  const crossPairs = pairsOf(rounds, (r) => [r.reader, r.fresh]);
   const cross = timingSideChannelTest(crossPairs, opts);
-  const same = timingSideChannelTest(samePairs, opts);
+  const same = timingSideChannelTest(pairsOf(rounds, (r) => [r.control, r.fresh]), opts);
   out.note(`timing, ${a.name} control vs a fresh prefix (cache effect): ${describeTiming(same)}`);
   out.note(`timing, ${b.name} on ${a.name}'s prefix vs a fresh one (side channel): ${describeTiming(cross)}`);
-  if (cross.detected) {
-    const first = rounds.find((r) => ok(r.plant) && ok(r.reader));
-    out.findings.push(timingFinding(ctx, pair, cross, first));
+  let timingShared = cross.detected;
+  if (cross.detected && retest !== undefined) {
+    const again = crossTest(retest, opts);
+    out.note(`timing re-test, ${b.name} on ${a.name}'s prefix vs a fresh one: ${describeTiming(again)}${again.detected ? ': confirmed' : ': not confirmed, and cached tokens show no reuse for ' + b.name + ', so no timing finding'}`);
+    timingShared = again.detected;
+  }
+  if (timingShared) {
+    const first = rounds.find((r) => okSent(r.plant) && okSent(r.reader));
+    if (pair.declared) out.findings.push(timingFinding(ctx, pair, cross, first));
+    else if (shared.length === 0) out.findings.push(timingFinding(ctx, pair, cross, first, 'cache-salt-ignored'));
+  }
+
+  // --- Is there a prefix cache at all? An exact same-tenant re-send decides (prefix-reuse.ts).
+  const byTokens = reuseByCachedTokens(rounds.map((r) => ({ first: cachedOf(r.plant), resend: okSent(r.plant) ? cachedOf(r.control) : undefined })));
+  const controlReuse = tokensShowReuse || same.detected;
+  let verdict: PrefixReuseVerdict = { reuse: 'unknown', evidence: byTokens.evidence, by: PREFIX_ISOLATION };
+  if (controlReuse) verdict = { reuse: 'shown', evidence: tokensShowReuse ? byTokens.evidence : `same-tenant timing control: ${describeTiming(same)}`, by: PREFIX_ISOLATION };
+  else if (byTokens.reuse === 'none') verdict = { reuse: 'none', evidence: `${byTokens.evidence}; timing control: ${describeTiming(same)}`, by: PREFIX_ISOLATION };
+  else if (!reported && same.decidable && same.pairs >= UNREPORTED_TIMING_PAIRS) {
+    verdict = { reuse: 'none', evidence: `cached_tokens not reported; the escalated same-tenant timing control showed no reuse effect: ${describeTiming(same)}`, by: PREFIX_ISOLATION };
+  }
+  recordReuse(ctx.prefixReuse, verdict);
+  if (verdict.reuse === 'none' && out.findings.length === 0) {
+    out.note(notApplicableNote(verdict));
+    return out.finish('not-applicable');
+  }
+  // Synthetic identities sharing the cache: the endpoint ignores cache_salt (an info finding). No boundary was
+  // declared between them, so there is no tenant isolation here to establish.
+  if (!pair.declared && out.findings.some((f) => f.kind === 'cache-salt-ignored')) {
+    out.note(`not applicable: no tenant boundary this endpoint honours was declared (${a.name} and ${b.name} differ only by cache_salt, which it ignores); configure tenants to have one checked`);
+    return out.finish('not-applicable');
   }
 
   // --- Outcome.
   const reasons: string[] = [];
-  const controlReuse = tokensShowReuse || same.detected;
   if (!controlReuse) {
     reasons.push(
       controls.length > 0
-        ? `the same-tenant control showed no reuse (cached_tokens above baseline in ${controlHits.length}/${controls.length} rounds, no timing effect): caching may be off, so a miss for ${b.name} proves nothing (vLLM PR #53347)`
-        : `cached_tokens are not reported and ${a.name}'s control showed no timing effect: reuse is unobservable, so a miss for ${b.name} proves nothing (vLLM PR #53347)`,
+        ? `the same-tenant control showed no reuse (cached_tokens above baseline in ${controlHits.length}/${controls.length} rounds, no timing effect), too few answered re-sends to call caching off, so a miss for ${b.name} proves nothing (vLLM PR #53347)`
+        : `cached_tokens are not reported and ${a.name}'s control showed no timing effect at the test's power: reuse is unobservable, so a miss for ${b.name} proves nothing (vLLM PR #53347)`,
     );
   }
   // With trustworthy cached tokens B's count decides; otherwise only the timing test can speak for B.
@@ -308,11 +376,11 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
   return out.finish(reasons.length === 0 ? 'pass' : 'inconclusive');
 }
 
-function timingFinding(ctx: ScenarioContext, pair: TenantPair, d: TimingDecision, round: Round | undefined): Finding {
+function timingFinding(ctx: ScenarioContext, pair: TenantPair, d: TimingDecision, round: Round | undefined, kind: 'prefix-timing-side-channel' | 'cache-salt-ignored' = 'prefix-timing-side-channel'): Finding {
   const plant = round?.plant;
   const reader = round?.reader;
   return makeFinding(
-    'prefix-timing-side-channel',
+    kind,
     PREFIX_ISOLATION,
     {
       match: `${pair.b.name}'s time to first token on ${pair.a.name}'s prefix was ${Math.round(d.effect * 100)}% shorter in median (p = ${d.pValue.toPrecision(2)})`,

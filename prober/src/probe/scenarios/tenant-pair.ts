@@ -5,6 +5,11 @@
  * so nothing carries over between cycles. Evidence says which case it was, and whether salts and keys
  * differ (never the key itself): an endpoint that does not implement `cache_salt` shares between
  * synthetic tenants by design, so a responder needs to know they differed only by salt.
+ *
+ * Declared boundaries: configured tenants (different keys, or salts the operator gave them) are a boundary
+ * someone declared, and sharing across it is a leak. Synthetic tenants are the prober's own device: sharing
+ * between them says the endpoint ignores `cache_salt` (llama.cpp has no such request field), a fact worth
+ * reporting (`cache-salt-ignored`, info), not a leak across anyone's boundary.
  */
 import { randomBytes } from 'node:crypto';
 import type { ScenarioContext, Tenant } from './context.js';
@@ -15,6 +20,8 @@ export interface TenantPair {
   /** The reading tenant. */
   b: Tenant;
   synthetic: boolean;
+  /** The operator declared the boundary between a and b (configured tenants); false for synthetic ones. */
+  declared: boolean;
   saltsDiffer: boolean;
   /** null: the key identity of the tenants is not known. */
   keysDiffer: boolean | null;
@@ -31,7 +38,7 @@ export function tenantPair(ctx: Pick<ScenarioContext, 'tenants'>): TenantPair {
     const saltsDiffer = saltOf(first) !== saltOf(second);
     const keysDiffer = first.keyId !== undefined && second.keyId !== undefined ? first.keyId !== second.keyId : null;
     const how = [saltsDiffer ? 'different cache_salt' : 'the same cache_salt', keysDiffer === null ? 'keys not known to differ' : keysDiffer ? 'different API keys' : 'the same API key'];
-    return { a: first, b: second, synthetic: false, saltsDiffer, keysDiffer, note: `tenants ${first.name} (plants) and ${second.name} (reads): ${how.join(', ')}` };
+    return { a: first, b: second, synthetic: false, declared: true, saltsDiffer, keysDiffer, note: `tenants ${first.name} (plants) and ${second.name} (reads): ${how.join(', ')}` };
   }
   const salt = (): string => `kvc-${randomBytes(12).toString('hex')}`;
   const make = (name: string): Tenant => ({
@@ -44,6 +51,7 @@ export function tenantPair(ctx: Pick<ScenarioContext, 'tenants'>): TenantPair {
     a: make(SYNTHETIC_NAMES[0]),
     b: make(SYNTHETIC_NAMES[1]),
     synthetic: true,
+    declared: false,
     saltsDiffer: true,
     keysDiffer: false,
     note: `fewer than two tenants configured: synthetic ${SYNTHETIC_NAMES[0]} and ${SYNTHETIC_NAMES[1]} from ${first.name}, same key, random cache_salt each`,

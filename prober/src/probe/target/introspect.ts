@@ -5,7 +5,9 @@
  * - SGLang `GET /get_server_info` (older `/server_info`): `context_length`, `max_total_num_tokens` (top level
  *   or per DP rank in `internal_states`), `page_size`, `max_req_input_len`; in PD mode the load balancer
  *   answers `{prefill: [...], decode: [...]}`, and the smallest pool binds;
- * - llama.cpp `GET /props`: `default_generation_settings.n_ctx`, `total_slots`;
+ * - llama.cpp `GET /props`: `default_generation_settings.n_ctx`, `total_slots`; `GET /slots`: each slot's
+ *   `n_ctx` (the context that slot enforces, split from `-c` or the whole unified buffer with `--kv-unified`).
+ *   /slots also lists each slot's last prompt text: only the numbers are ever read out of it;
  * - vLLM `GET /metrics`: `vllm:cache_config_info{block_size, num_gpu_blocks}` gives the KV pool;
  * - `POST /tokenize`: vLLM/SGLang `{model, prompt}` → `{count | tokens}`, llama.cpp `{content}` → `{tokens}`.
  * Every probe is optional: a 404, a timeout or an odd shape is noted and skipped, never thrown. The
@@ -38,10 +40,23 @@ export interface Introspection {
    * default, BOS included where the model has one); undefined when /tokenize lists no ids.
    */
   tokenizeIds?: (text: string) => Promise<number[] | undefined>;
+  /** llama.cpp: its slots, from /props `total_slots` and /slots `n_ctx` per slot (numbers only). */
+  slots?: { total: number; nCtx: number[] };
+  /** llama.cpp: reads /slots now (numbers only, never the prompts it lists); undefined when /slots did not answer. */
+  readSlots?: () => Promise<SlotState[] | undefined>;
   /** What was found and where, one line each. */
   notes: string[];
   /** At least one probe got an HTTP response. */
   reachable: boolean;
+}
+
+/** One llama.cpp slot as /slots shows it, numbers only. */
+export interface SlotState {
+  id: number;
+  nCtx: number;
+  /** Tokens of the prompt the slot holds now (its last task's), when it had one. */
+  nPromptTokens?: number;
+  processing: boolean;
 }
 
 export interface IntrospectOptions {
@@ -53,6 +68,8 @@ export interface IntrospectOptions {
 }
 
 const METRICS_MAX_BYTES = 4 * 1024 * 1024;
+/** /slots lists each slot's last prompt and output: bounded, and only numbers are kept. */
+const SLOTS_MAX_BYTES = 8 * 1024 * 1024;
 /** /tokenize answers for the short texts whose ids a probe asks for (a few thousand tokens at most). */
 const TOKENIZE_IDS_MAX_BYTES = 1024 * 1024;
 const PROBE_TEXT = 'kvcanary tokenizer probe: the quick brown fox jumps over the lazy dog.';
@@ -67,15 +84,16 @@ export async function introspect(client: TargetClient, opts: IntrospectOptions =
     if (r.status !== undefined) out.reachable = true;
   };
 
-  const [models, props, serverInfo, metrics] = await Promise.all([
+  const [models, props, slots, serverInfo, metrics] = await Promise.all([
     client.requestJson('GET', '/v1/models', undefined, call),
     client.requestJson('GET', '/props', undefined, call),
+    client.requestJson('GET', '/slots', undefined, { ...call, maxBytes: SLOTS_MAX_BYTES }),
     client.requestJson('GET', '/get_server_info', undefined, call).then(async (r) =>
       r.transport === 'ok' ? { path: '/get_server_info', r } : { path: '/server_info', r: await client.requestJson('GET', '/server_info', undefined, call), first: r },
     ),
     client.requestText('/metrics', { ...call, maxBytes: METRICS_MAX_BYTES }),
   ]);
-  for (const r of [models, props, serverInfo.r, metrics]) seen(r);
+  for (const r of [models, props, slots, serverInfo.r, metrics]) seen(r);
   if ('first' in serverInfo && serverInfo.first !== undefined) seen(serverInfo.first);
 
   // --- /v1/models
@@ -123,6 +141,21 @@ export async function introspect(client: TargetClient, opts: IntrospectOptions =
     }
   } else {
     notes.push(`GET /props: ${outcomeText(props, 'not an object')}`);
+  }
+
+  // --- llama.cpp /slots: numbers only (each entry also carries its last prompt's text)
+  const slotStates = slots.transport === 'ok' ? slotStatesOf(slots.value) : undefined;
+  if (slotStates !== undefined && slotStates.length > 0) {
+    score.llamacpp += 2;
+    const total = int(isRecord(props.value) ? props.value['total_slots'] : undefined) ?? slotStates.length;
+    out.slots = { total, nCtx: slotStates.map((s) => s.nCtx) };
+    out.readSlots = async () => {
+      const r = await client.requestJson('GET', '/slots', undefined, { ...call, maxBytes: SLOTS_MAX_BYTES });
+      return r.transport === 'ok' ? slotStatesOf(r.value) : undefined;
+    };
+    notes.push(`GET /slots: ${slotStates.length} slot(s), n_ctx ${[...new Set(out.slots.nCtx)].join('/')} per slot`);
+  } else {
+    notes.push(`GET /slots: ${outcomeText(slots, 'no slots listed')}`);
   }
 
   // --- SGLang /get_server_info
@@ -245,6 +278,20 @@ export async function introspect(client: TargetClient, opts: IntrospectOptions =
   if (best !== undefined && best[1] > 0 && (second === undefined || best[1] > second[1])) out.dialect = best[0];
   notes.push(`dialect: ${out.dialect} (evidence vllm ${score.vllm}, sglang ${score.sglang}, llamacpp ${score.llamacpp})`);
   return out;
+}
+
+/** llama.cpp /slots entries, numbers only; undefined when the shape is not a list of slots. */
+function slotStatesOf(value: unknown): SlotState[] | undefined {
+  if (!Array.isArray(value)) return undefined;
+  const states: SlotState[] = [];
+  for (const e of value) {
+    if (!isRecord(e) || typeof e['id'] !== 'number' || !Number.isSafeInteger(e['id'])) return undefined;
+    const nCtx = int(e['n_ctx']);
+    if (nCtx === undefined) return undefined;
+    const prompt = typeof e['n_prompt_tokens'] === 'number' && Number.isSafeInteger(e['n_prompt_tokens']) && e['n_prompt_tokens'] >= 0 ? e['n_prompt_tokens'] : undefined;
+    states.push({ id: e['id'], nCtx, ...(prompt !== undefined ? { nPromptTokens: prompt } : {}), processing: e['is_processing'] === true });
+  }
+  return states;
 }
 
 function outcomeText(r: CallResult<unknown>, oddShape: string): string {
