@@ -436,6 +436,7 @@ export class DecodeWorker {
     s.set('poolTables', p.tables);
     s.set('poolPendingReleasePages', p.pendingReleasePages);
     s.set('poolParkedPagesTotal', p.parkedPagesTotal);
+    s.set('poolZeroedPagesTotal', p.zeroedPagesTotal);
     s.set('generationTokensTotal', this.generationTokensTotal);
     s.set('steps', this.steps);
     s.set('pageTagMismatches', this.pageTagMismatches);
@@ -452,6 +453,9 @@ export class DecodeWorker {
     s.set('prefixCachedTokensTotal', pc?.cachedTokensTotal ?? 0);
     s.set('prefixEvictions', pc?.evictions ?? 0);
     s.set('prefixStaleRestoresRefused', pc?.staleRestoresRefused ?? 0);
+    s.set('prefixBlockedSalt', pc?.blocked['salted-prefix-cache'] ?? 0);
+    s.set('prefixBlockedTokens', pc?.blocked['strong-prefix-hash'] ?? 0);
+    s.set('prefixBlockedRestore', pc?.blocked['restore-fencing'] ?? 0);
   }
 }
 
