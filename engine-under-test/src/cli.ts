@@ -39,6 +39,9 @@ ${Object.values(PRESETS)
   --no-prefix-cache      turn the prefix cache off (single node; on by default, as in vLLM and SGLang)
   --chunk-tokens N       prompt tokens prefilled per scheduler step (default 4096)
   --model-id ID          served model name (default kvcanary-engine)
+  --model-ngram N        tokens of context the copy head matches on, 1-64 (default 8; shorter copies less faithfully)
+  --model-beta X         attention sharpness, > 0 (default 20; lower is flatter attention)
+                         sampling temperature comes from each request (\`temperature\`, 0 = greedy)
   --host HOST            default 127.0.0.1
   --port P               default 0 (a free port)
   -h, --help
@@ -79,6 +82,8 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
         'no-prefix-cache': { type: 'boolean' },
         'chunk-tokens': { type: 'string' },
         'model-id': { type: 'string' },
+        'model-ngram': { type: 'string' },
+        'model-beta': { type: 'string' },
         host: { type: 'string' },
         port: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
@@ -110,6 +115,12 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
   if (latency !== undefined && !(/^\d+(\.\d+)?$/.test(latency) && Number(latency) <= 60_000)) {
     throw new UsageError(`--transfer-latency-ms must be a number of milliseconds in [0, 60000], got '${latency}'`);
   }
+  const beta = v['model-beta'];
+  if (beta !== undefined && !(/^\d+(\.\d+)?$/.test(beta) && Number(beta) > 0 && Number(beta) <= 1000)) {
+    throw new UsageError(`--model-beta must be a number in (0, 1000], got '${beta}'`);
+  }
+  const ngram = positiveInt('model-ngram', v['model-ngram'], 1, 64);
+  const model = { ...(ngram !== undefined ? { ngram } : {}), ...(beta !== undefined ? { beta: Number(beta) } : {}) };
   const options: StartEngineOptions = {
     ...(preset !== undefined ? { preset } : {}),
     ...(v.fault !== undefined ? { faults: v.fault } : {}),
@@ -120,6 +131,7 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
     ...(v['zero-on-release'] === true ? { zeroOnRelease: true } : {}),
     ...(v['no-prefix-cache'] === true ? { prefixCache: false } : {}),
     ...(v['model-id'] !== undefined ? { modelId: v['model-id'] } : {}),
+    ...(Object.keys(model).length > 0 ? { model } : {}),
     ...(v.host !== undefined ? { host: v.host } : {}),
   };
   const ints: [keyof StartEngineOptions, string, number?, number?][] = [
@@ -172,6 +184,7 @@ export async function engineMain(args: string[]): Promise<number> {
   process.stdout.write(
     `kvcanary engine listening on ${running.url} (preset ${c.preset}, ${c.mode}, context ${c.contextTokens} tokens, ` +
       `${pools}, free list ${c.freeList}, prefix cache ${c.prefixCache ? 'on' : 'off'}, faults [${c.faults.join(', ')}], defenses [${c.defenses.join(', ')}], ` +
+      `model ngram ${c.model.ngram} beta ${c.model.beta}, ` +
       `kernel ${running.engine.info().kernel})\n`,
   );
   await new Promise<void>((resolve) => {

@@ -37,6 +37,20 @@ export const DEFENSE_DESCRIPTIONS: Readonly<Record<DefenseName, string>> = {
 /** Defenses that work in single-node mode (the prefix cache's, and zeroing). */
 export const SINGLE_NODE_DEFENSES: readonly DefenseName[] = ['zero-on-release', 'salted-prefix-cache', 'strong-prefix-hash', 'restore-fencing'];
 
+/**
+ * What each defense stopped, uniformly: requests refused before bootstrap, pages parked off the free list
+ * while a transfer or copy still held them, reads failed closed on a tag mismatch, pages zeroed while they
+ * still held a request's data, transfer batches and host copies dropped as stale, and prefix-cache lookups
+ * refused by the salt check, the token-by-token confirmation or the generation fence. 0 for a defense that
+ * is off or never had anything to stop (`kvcanary_engine_defense_blocks_total{defense}`).
+ */
+export type DefenseBlocks = Record<DefenseName, number>;
+
+/** Every defense, with the counts given and 0 for the rest. */
+export function defenseBlocks(counts: Partial<DefenseBlocks>): DefenseBlocks {
+  return Object.fromEntries(DEFENSES.map((d) => [d, counts[d] ?? 0])) as DefenseBlocks;
+}
+
 export function isDefenseName(name: string): name is DefenseName {
   return (DEFENSES as readonly string[]).includes(name);
 }

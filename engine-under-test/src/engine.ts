@@ -3,6 +3,7 @@
  * implements it; the disaggregated router (`disagg/router.ts`) implements it too, behind the same server.
  */
 import type { PromptKind, Rejection } from './admission.js';
+import type { DefenseBlocks } from './defenses.js';
 import type { ExposureSnapshot } from './exposure-log.js';
 import type { KvPoolStats } from './kv-pool.js';
 import type { PrefixCacheStats } from './prefix-cache.js';
@@ -105,6 +106,8 @@ export interface EngineStats {
   hostOffload?: HostOffloadStats;
   /** What the defenses caught (0 when a defense is off). */
   defended?: DefenseStats;
+  /** What each defense stopped, every defense named (see defenses.ts). */
+  defenseBlocks: DefenseBlocks;
   /** The prefix cache, when on (single-node mode). `promptTokensTotal` counts only prompt tokens prefilled. */
   prefixCache?: PrefixCacheStats;
 }

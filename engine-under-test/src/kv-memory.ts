@@ -328,6 +328,25 @@ export class KvMemory {
   }
 
   /**
+   * Runs `read` (a ground-truth scan and the attention kernel over the first `numPositions` positions of
+   * `pages`) with every page it covers locked, in ascending page order (the order every multi-page locker
+   * uses: no deadlock). A one-sided write from another thread takes the same locks, so it lands wholly
+   * before or wholly after the read: what the scan counts is exactly what the kernel read.
+   */
+  readFenced<T>(pages: Int32Array, numPositions: number, read: () => T): T {
+    const count = Math.ceil(numPositions / this.pageSize);
+    const locked = Int32Array.from(pages.subarray(0, count)).sort();
+    let last = -1;
+    for (const page of locked) if (page !== last) this.lockPage((last = page));
+    try {
+      return read();
+    } finally {
+      last = -1;
+      for (const page of locked) if (page !== last) this.unlockPage((last = page));
+    }
+  }
+
+  /**
    * The `page-tags` check for a read of the first `numPositions` positions of `pages` by `reader`: every
    * page must be owned by the reader and carry the reader's tag under its current generation. Returns the
    * first page that does not (its index in `pages`), or undefined.

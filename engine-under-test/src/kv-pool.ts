@@ -21,7 +21,7 @@
  * - Ownership changes happen under the page's lock (see kv-memory.ts), so a checked copy on another
  *   thread sees owner and generation either before or after a reallocation, never half of it.
  */
-import { KvMemory, NO_OWNER, PageState } from './kv-memory.js';
+import { KvMemory, NEVER_WRITTEN, NO_OWNER, PageState } from './kv-memory.js';
 
 /** Owner tag of a page held through the prefix cache (by one table or several). */
 export const SHARED_OWNER = -3;
@@ -110,6 +110,8 @@ export interface KvPoolStats {
   pendingReleasePages: number;
   /** Pages ever held back that way (monotonic): shows deferred release engaged. */
   parkedPagesTotal: number;
+  /** zeroOnRelease: pages zeroed while they still held a request's data (monotonic). */
+  zeroedPagesTotal: number;
   /** Pages currently held by more than one table (pools with a prefix cache). */
   sharedPages?: number;
   /** Page references handed out by `share` (monotonic). */
@@ -137,6 +139,7 @@ export class KvPool {
   private allocatedTotal = 0;
   private releasedTotal = 0;
   private parkedTotal = 0;
+  private zeroedTotal = 0;
 
   constructor(options: KvPoolOptions) {
     this.memory = options.memory ?? KvMemory.create({ numPages: options.numPages, pageSize: options.pageSize ?? 16 });
@@ -177,6 +180,7 @@ export class KvPool {
       tables: this.tables.size,
       pendingReleasePages: this.pending.length,
       parkedPagesTotal: this.parkedTotal,
+      zeroedPagesTotal: this.zeroedTotal,
       sharedPages: this.refs.reduce((n, r) => (r > 1 ? n + 1 : n), 0),
       sharedPagesTotal: this.sharedTotal,
     };
@@ -237,7 +241,7 @@ export class KvPool {
       this.refs[page] = 1;
       m.lockPage(page);
       if (this.zeroPending[page] === 1) {
-        m.zeroPage(page);
+        this.zero(page);
         this.zeroPending[page] = 0;
       }
       m.owner[page] = table.owner;
@@ -311,12 +315,18 @@ export class KvPool {
     if (this.zeroOnRelease) {
       if (this.isCached?.(page) === true) this.zeroPending[page] = 1;
       else {
-        m.zeroPage(page);
+        this.zero(page);
         this.onReuse?.(page);
       }
     }
     m.unlockPage(page);
     this.free.push(page);
+  }
+
+  /** Zeroes a page (the caller holds its lock), counting it when it still held someone's data. */
+  private zero(page: number): void {
+    if (this.memory.pageWriter[page] !== NEVER_WRITTEN) this.zeroedTotal++;
+    this.memory.zeroPage(page);
   }
 
   /** The free list in hand-out order (tests, debugging). */

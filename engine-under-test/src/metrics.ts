@@ -5,6 +5,7 @@
  * endpoint is a route name, never a raw path.
  */
 import { Counter, Gauge, Registry } from 'prom-client';
+import { DEFENSES } from './defenses.js';
 import type { Engine, EngineStats } from './engine.js';
 
 export interface EngineMetrics {
@@ -147,6 +148,15 @@ export function createEngineMetrics(engine: Engine, registry: Registry = new Reg
     'kvcanary_engine_host_copies_dropped_total',
     'transfer-integrity defense: host-offload copies dropped as stale.',
     (s) => s.defended?.staleCopiesDropped ?? 0,
+  );
+  mirroredLabelledCounter(
+    registry,
+    engine,
+    'kvcanary_engine_defense_blocks_total',
+    'What each defense stopped (requests refused before bootstrap, pages parked, reads failed closed, pages zeroed with data, stale transfers and copies dropped, prefix-cache lookups refused), by defense; 0 for a defense that is off.',
+    'defense',
+    [...DEFENSES],
+    (s) => s.defenseBlocks,
   );
   mirroredCounter(registry, engine, 'kvcanary_engine_transfer_tokens_total', 'Disaggregated mode: prompt tokens of KV landed in decode\'s pool.', (s) => s.transfer?.tokensLanded ?? 0);
   mirroredCounter(

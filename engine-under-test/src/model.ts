@@ -45,6 +45,11 @@ export interface InductionModelOptions {
   config?: Partial<ModelConfig>;
   kernel?: KernelPreference;
   onForeignRead?: ForeignReadSink;
+  /**
+   * Another thread writes this memory (the disaggregated transfer): take the ground-truth scan and the
+   * kernel under the pages' locks, so no write lands between them (KvMemory.readFenced).
+   */
+  fenceReads?: boolean;
 }
 
 export class InductionModel {
@@ -55,12 +60,14 @@ export class InductionModel {
   private readonly query = new Float32Array(D_HEAD);
   private readonly out = new Float32Array(D_HEAD);
   private readonly onForeignRead: ForeignReadSink | undefined;
+  private readonly fenceReads: boolean;
 
   constructor(readonly memory: KvMemory, options: InductionModelOptions = {}) {
     this.config = { ...DEFAULT_MODEL_CONFIG, ...options.config };
     if (!Number.isInteger(this.config.ngram) || this.config.ngram < 1) throw new RangeError('ngram must be an integer >= 1');
     this.kernel = createAttentionKernel(memory, options.kernel);
     this.onForeignRead = options.onForeignRead;
+    this.fenceReads = options.fenceReads ?? false;
   }
 
   /**
@@ -96,10 +103,15 @@ export class InductionModel {
   nextLogits(pages: Int32Array, tokens: ArrayLike<number>, length: number, attendPositions: number, reader: number, logits: Float32Array): void {
     const { ngram, beta, logitScale } = this.config;
     ngramVector(tokens, length, ngram, this.query, 0);
-    const foreign = this.memory.foreignReads(pages, attendPositions, reader);
-    if (foreign !== undefined) this.onForeignRead?.(reader, foreign);
     const o = this.out;
-    this.kernel.attend(pages, attendPositions, this.query, beta, o);
+    // Ground truth is taken from the same bytes the kernel reads: under the page locks when another thread writes.
+    const read = (): ForeignRead | undefined => {
+      const foreign = this.memory.foreignReads(pages, attendPositions, reader);
+      this.kernel.attend(pages, attendPositions, this.query, beta, o);
+      return foreign;
+    };
+    const foreign = this.fenceReads ? this.memory.readFenced(pages, attendPositions, read) : read();
+    if (foreign !== undefined) this.onForeignRead?.(reader, foreign);
     const table = this.embeddings;
     for (let t = 0; t < BYTE_TOKENS; t++) {
       let acc = 0;

@@ -20,10 +20,16 @@
  *   (llama.cpp #27148: a slot's prompt-cache entry restored into a fresh sequence while the slot's cells are
  *   already being reused by another conversation, without a fence): a later request with the entry's
  *   prefix restores pages that another request is using or has just written, and attends over its KV.
- * Defenses: `salted-prefix-cache` (the salt is always mixed in), `strong-prefix-hash` (SHA-256 chain over
- * exact token ids; positions are implied by the chain and the fixed block size), `restore-fencing` (entries
- * registered only once written, borrowed pages pinned, and a restore verifies that the page still has the
- * generation it had when the entry was made, so a stale entry is refused whatever the eviction path missed).
+ * Defenses are checks of their own at lookup, run after the key (faulty or not) has matched, so with a fault
+ * and its defense both on the faulty path runs and the defense stops it, and counts it (`stats().blocked`):
+ * - `salted-prefix-cache`: every entry carries the salt of the request that wrote it; a lookup refuses an
+ *   entry of another salt even when the key matched (it did under `prefix-cache-ignores-salt`);
+ * - `strong-prefix-hash`: every entry carries the exact token ids of its block; a hit is confirmed token by
+ *   token against them (as llama.cpp confirms its cache), so a colliding key (`weak-prefix-hash`) is refused;
+ * - `restore-fencing`: a restore verifies that the page still has the generation it had when the entry was
+ *   made (entries are registered only once their page is fully written), so a stale entry is refused
+ *   whatever the eviction path missed.
+ * A refused block ends the run of hits there (the request prefills from it on), counted once per request.
  *
  * Ground truth is independent of all of that: each page written in full carries a truth key (a SHA-256
  * chain of salt and exact tokens, always salted) and the writer id. A read of a borrowed page is
@@ -41,9 +47,13 @@ export type PrefixHashKind = 'chained-64' | 'multiset-32' | 'sha256';
 export interface PrefixCacheOptions {
   pageSize: number;
   numPages: number;
-  /** The salt is mixed into block 0's hash. */
+  /** The salt is mixed into block 0's hash (false: the `prefix-cache-ignores-salt` fault). */
   salted: boolean;
   hash: PrefixHashKind;
+  /** salted-prefix-cache: a lookup refuses an entry written under another salt. */
+  checkSalt: boolean;
+  /** strong-prefix-hash: a hit is confirmed token by token against the entry's exact ids. */
+  confirmTokens: boolean;
   /** Drop an entry when its page is handed out again (false: the restore-race fault). */
   evictOnReuse: boolean;
   /** On restore, check the page's generation against the entry's (the restore-fencing defense). */
@@ -61,6 +71,8 @@ export interface PrefixCacheStats {
   evictions: number;
   /** restore-fencing: stale entries refused at restore. */
   staleRestoresRefused: number;
+  /** Requests whose lookup a defense refused, by defense (each request counted once per defense). */
+  blocked: { 'salted-prefix-cache': number; 'strong-prefix-hash': number; 'restore-fencing': number };
 }
 
 /** Per-request view: the engine's keys for its cacheable blocks and the ground-truth keys. */
@@ -69,18 +81,31 @@ export interface PrefixPlan {
   keys: string[];
   /** Ground truth keys of the same blocks. */
   truth: string[];
+  /** The request's salt and prompt tokens (entries keep their block's ids and salt for the defenses' checks). */
+  salt: string | undefined;
+  tokens: Uint16Array;
+  /** Defenses that already refused this request's lookup (counted once per request). */
+  refusedBy?: Set<string>;
+}
+
+interface Entry {
+  page: number;
+  gen: number;
+  salt: string | undefined;
+  ids: Uint16Array;
 }
 
 const SALT_SEED = 0x9747b28c;
 
 export class PrefixCache {
-  private readonly byKey = new Map<string, { page: number; gen: number }>();
+  private readonly byKey = new Map<string, Entry>();
   private readonly keyOf: (string | undefined)[];
   private readonly truthOf: (string | undefined)[];
   private readonly truthWriter: Int32Array;
   /** reader -> (borrowed page -> the reader's truth key for the block it stands for). */
   private readonly entitled = new Map<number, Map<number, string>>();
   private readonly counters = { hitRequests: 0, lookups: 0, cachedTokensTotal: 0, evictions: 0, staleRestoresRefused: 0 };
+  private readonly blocked = { 'salted-prefix-cache': 0, 'strong-prefix-hash': 0, 'restore-fencing': 0 };
 
   constructor(private readonly memory: KvMemory, readonly options: PrefixCacheOptions) {
     this.keyOf = new Array<string | undefined>(options.numPages);
@@ -92,17 +117,33 @@ export class PrefixCache {
   plan(tokens: Uint16Array, salt: string | undefined): PrefixPlan {
     const P = this.options.pageSize;
     const blocks = Math.floor((tokens.length - 1) / P);
-    return { keys: engineKeys(tokens, blocks, P, this.options.salted ? salt : undefined, this.options.hash), truth: sha256Keys(tokens, blocks, P, salt) };
+    return {
+      keys: engineKeys(tokens, blocks, P, this.options.salted ? salt : undefined, this.options.hash),
+      truth: sha256Keys(tokens, blocks, P, salt),
+      salt,
+      tokens,
+    };
   }
 
-  /** Pages of the longest cached run of the plan's blocks (stops at the first miss). */
+  /** Pages of the longest cached run of the plan's blocks (stops at the first miss or refused entry). */
   lookup(plan: PrefixPlan): number[] {
     const pages: number[] = [];
-    for (const key of plan.keys) {
+    const P = this.options.pageSize;
+    for (let b = 0; b < plan.keys.length; b++) {
+      const key = plan.keys[b] as string;
       const entry = this.byKey.get(key);
       if (entry === undefined) break;
+      if (this.options.checkSalt && entry.salt !== plan.salt) {
+        this.refuse(plan, 'salted-prefix-cache');
+        break;
+      }
+      if (this.options.confirmTokens && !sameIds(entry.ids, plan.tokens, b * P)) {
+        this.refuse(plan, 'strong-prefix-hash');
+        break;
+      }
       if (this.options.verifyOnRestore && this.memory.generation[entry.page] !== entry.gen) {
         this.counters.staleRestoresRefused++;
+        this.refuse(plan, 'restore-fencing');
         this.byKey.delete(key);
         if (this.keyOf[entry.page] === key) this.keyOf[entry.page] = undefined;
         break;
@@ -110,6 +151,13 @@ export class PrefixCache {
       pages.push(entry.page);
     }
     return pages;
+  }
+
+  private refuse(plan: PrefixPlan, defense: keyof PrefixCacheStats['blocked']): void {
+    plan.refusedBy ??= new Set();
+    if (plan.refusedBy.has(defense)) return;
+    plan.refusedBy.add(defense);
+    this.blocked[defense]++;
   }
 
   /** Records an admitted request's lookup and the pages it pinned in its page table. */
@@ -132,7 +180,8 @@ export class PrefixCache {
   register(plan: PrefixPlan, index: number, page: number): void {
     const key = plan.keys[index];
     if (key === undefined || this.byKey.has(key)) return;
-    this.byKey.set(key, { page, gen: this.memory.generation[page] as number });
+    const P = this.options.pageSize;
+    this.byKey.set(key, { page, gen: this.memory.generation[page] as number, salt: plan.salt, ids: plan.tokens.slice(index * P, (index + 1) * P) });
     this.keyOf[page] = key;
   }
 
@@ -208,7 +257,7 @@ export class PrefixCache {
   }
 
   stats(): PrefixCacheStats {
-    return { entries: this.byKey.size, ...this.counters };
+    return { entries: this.byKey.size, ...this.counters, blocked: { ...this.blocked } };
   }
 }
 
@@ -260,15 +309,26 @@ function stringHash(text: string, seed: number): number {
   return fmix32(h ^ text.length);
 }
 
-/** The cache's behaviour from the configured faults and defenses (a defense wins over its fault). */
+function sameIds(ids: Uint16Array, tokens: Uint16Array, from: number): boolean {
+  for (let i = 0; i < ids.length; i++) if (ids[i] !== tokens[from + i]) return false;
+  return true;
+}
+
+/**
+ * The cache's behaviour from the configured faults and defenses. A fault always changes the key (the
+ * faulty path runs); its defense adds a check of its own at lookup that refuses what the faulty key let through.
+ */
 export function prefixCacheOptions(named: { faults: readonly string[]; defenses: readonly string[] }, pageSize: number, numPages: number): PrefixCacheOptions {
-  const has = (n: string): boolean => named.defenses.includes(n) || named.faults.includes(n);
+  const fault = (n: string): boolean => named.faults.includes(n);
+  const defense = (n: string): boolean => named.defenses.includes(n);
   return {
     pageSize,
     numPages,
-    salted: has('salted-prefix-cache') || !has('prefix-cache-ignores-salt'),
-    hash: has('strong-prefix-hash') ? 'sha256' : has('weak-prefix-hash') ? 'multiset-32' : 'chained-64',
-    evictOnReuse: !has('prompt-cache-restore-race'),
-    verifyOnRestore: has('restore-fencing'),
+    salted: !fault('prefix-cache-ignores-salt'),
+    hash: fault('weak-prefix-hash') ? 'multiset-32' : 'chained-64',
+    checkSalt: defense('salted-prefix-cache'),
+    confirmTokens: defense('strong-prefix-hash'),
+    evictOnReuse: !fault('prompt-cache-restore-race'),
+    verifyOnRestore: defense('restore-fencing'),
   };
 }

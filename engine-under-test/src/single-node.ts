@@ -4,6 +4,7 @@
  * pages, runs, and releases its pages the moment it finishes or is aborted.
  */
 import { checkAdmission } from './admission.js';
+import { defenseBlocks } from './defenses.js';
 import { systemClock, type Clock } from './clock.js';
 import type { EngineConfig } from './config.js';
 import type { Engine, EngineEvent, EngineInfo, EngineStats, GenerationRequest, RequestHandle, SubmitResult } from './engine.js';
@@ -117,19 +118,22 @@ export function createSingleNodeEngine(config: EngineConfig, deps: EngineDeps = 
   function stats(): EngineStats {
     const { prefilling, pendingTokens } = scheduler.prefillState();
     const c = scheduler.counters;
+    const prefix = cache?.stats();
+    const poolStats = pool.stats();
     return {
       waiting: scheduler.waitingCount,
       running: scheduler.runningCount,
       prefilling,
       prefillTokensPending: pendingTokens,
-      pool: pool.stats(),
+      pool: poolStats,
       promptTokensTotal: c.promptTokensTotal,
       generationTokensTotal: c.generationTokensTotal,
       finishedTotal: { ...c.finishedTotal },
       rejectedTotal: { ...rejectedTotal },
       foreignPageReadsTotal: exposures.total,
       steps: c.steps,
-      ...(cache !== undefined ? { prefixCache: cache.stats() } : {}),
+      ...(prefix !== undefined ? { prefixCache: prefix } : {}),
+      defenseBlocks: defenseBlocks({ 'zero-on-release': poolStats.zeroedPagesTotal, ...prefix?.blocked }),
     };
   }
 

@@ -178,17 +178,46 @@ describe('host-offload tier', () => {
     const copies = new HostCopies(memory, tier, { latencyMs: 1, seed: 1, pagesPerBatch: 2, integrity: false, maxQueuedPages: 16 }, timers, () => {});
     const prompt = tokens(3 * P + 5);
     const done: string[] = [];
-    expect(copies.writeBack({ owner: 1, pages: Int32Array.of(0, 1, 2), gens: Int32Array.of(1, 1, 1), tokens: prompt.slice(0, 3 * P) }, () => done.push('wb'))).toBe(true);
+    expect(copies.writeBack({ owner: 1, pages: Int32Array.of(0, 1, 2), gens: Int32Array.of(1, 1, 1), tokens: prompt.slice(0, 3 * P), salt: undefined }, () => done.push('wb'))).toBe(true);
     expect(Array.from(memory.leases.subarray(0, 3))).toEqual([1, 1, 1]);
     timers.runAll();
     expect(done).toEqual(['wb']);
     expect(Array.from(memory.leases.subarray(0, 3))).toEqual([0, 0, 0]);
-    expect(tier.lookup(prompt, 3)).toHaveLength(3);
+    expect(tier.lookup(prompt, 3, undefined)).toHaveLength(3);
     const other = prompt.slice();
     other[P + 3] = 1; // differs inside page 1: only page 0 matches
-    expect(tier.lookup(other, 3)).toHaveLength(1);
-    tier.insert(tier.keys(tokens(P, 9), 1), tier.lookup(prompt, 1)); // a 4th key evicts the least recently used
+    expect(tier.lookup(other, 3, undefined)).toHaveLength(1);
+    tier.insert(tier.keys(tokens(P, 9), 1, undefined), tier.lookup(prompt, 1, undefined)); // a 4th key evicts the least recently used
     expect(tier.size).toBe(3);
+  });
+
+  it('honours cache_salt, and a load of another tenant\'s copy keeps its writer, so reading it counts as foreign', () => {
+    const pool = new KvPool({ numPages: 8, pageSize: P });
+    const tier = new HostTier(P, 8);
+    const timers = manualTimers();
+    const copies = new HostCopies(pool.memory, tier, { latencyMs: 1, seed: 1, pagesPerBatch: 4, integrity: false, maxQueuedPages: 16 }, timers, () => {});
+    const prompt = tokens(2 * P + 3);
+    const a = pool.createTable(1);
+    pool.allocate(a, 2);
+    for (const page of a.pages) for (let slot = 0; slot < P; slot++) pool.memory.writeKv(page, slot, new Float32Array(64), 0, new Float32Array(64), 0, 1, pool.memory.generation[page] as number);
+    copies.writeBack({ owner: 1, pages: a.pages.slice(), gens: a.pages.map((p) => pool.memory.generation[p] as number), tokens: prompt.slice(0, 2 * P), salt: 'tenant-a' }, () => {});
+    timers.runAll();
+    expect(tier.lookup(prompt, 2, 'tenant-b')).toHaveLength(0);
+    expect(tier.lookup(prompt, 2, undefined)).toHaveLength(0);
+    const hits = tier.lookup(prompt, 2, 'tenant-a');
+    expect(hits).toHaveLength(2);
+    // The same tenant loading its own prefix: the copy becomes the loader's, nothing foreign.
+    const own = pool.createTable(2);
+    pool.allocate(own, 2);
+    copies.load({ owner: 2, salt: 'tenant-a', pages: own.pages.slice(), gens: own.pages.map((p) => pool.memory.generation[p] as number), hits }, () => {});
+    timers.runAll();
+    expect(pool.memory.foreignReads(own.pages, 2 * P, 2)).toBeUndefined();
+    // Had another tenant been handed the copy (a tier that shared across salts), ground truth names the writer.
+    const other = pool.createTable(3);
+    pool.allocate(other, 2);
+    copies.load({ owner: 3, salt: 'tenant-b', pages: other.pages.slice(), gens: other.pages.map((p) => pool.memory.generation[p] as number), hits }, () => {});
+    timers.runAll();
+    expect(pool.memory.foreignReads(other.pages, 2 * P, 3)).toEqual({ pages: Array.from(other.pages), writers: [1] });
   });
 
   it('with integrity, drops a write-back whose pages were released and reused before the copy read them', () => {
@@ -199,7 +228,7 @@ describe('host-offload tier', () => {
     const a = pool.createTable(1);
     pool.allocate(a, 2);
     const gens = a.pages.map((p) => pool.memory.generation[p] as number);
-    copies.writeBack({ owner: 1, pages: a.pages.slice(), gens, tokens: tokens(2 * P) }, () => {});
+    copies.writeBack({ owner: 1, pages: a.pages.slice(), gens, tokens: tokens(2 * P), salt: undefined }, () => {});
     pool.release(a); // released when the copy was issued, not when it is done
     pool.allocate(pool.createTable(2), 4);
     timers.runAll();

@@ -36,6 +36,8 @@ interface Probe {
   foreignPageReads: number;
   /** Plant-then-over-limit rounds it took. */
   tries?: number;
+  /** kvcanary_engine_defense_blocks_total{defense} of the defense on, over the engine's life (GET /metrics). */
+  blocks?: number;
 }
 
 /** Four planters dense with markers (about the prefill pool in all), then a prompt between the pools' limits. */
@@ -85,7 +87,15 @@ function outcome(p: Probe): string {
 }
 
 function row(defense: string, p: Probe): string {
-  return `| ${defense} | ${p.status} | ${p.foreignText ? 'yes' : 'no'} | ${p.foreignPageReads > 0 ? '> 0' : '0'} | ${outcome(p)} |`;
+  return `| ${defense} | ${p.status} | ${p.foreignText ? 'yes' : 'no'} | ${p.foreignPageReads > 0 ? '> 0' : '0'} | ${p.blocks === undefined ? '–' : p.blocks} | ${outcome(p)} |`;
+}
+
+/** `kvcanary_engine_defense_blocks_total{defense}` as GET /metrics reports it. */
+async function blocksOf(e: RunningEngine, defense: string): Promise<number> {
+  const text = await (await fetch(`${e.url}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`kvcanary_engine_defense_blocks_total{defense="${defense}"}`));
+  expect(line, `no defense_blocks line for ${defense}`).toBeDefined();
+  return Number(line!.split(' ').pop());
 }
 
 describe('fault admission-checks-finished (the incident)', () => {
@@ -117,6 +127,7 @@ describe('fault admission-checks-finished (the incident)', () => {
       const e = await startEngine({ preset: 'incident', scale: 64, defenses: defense === '(none)' ? [] : [defense], log: () => {} });
       running.push(e);
       const p = await plantThenOverLimitTries(e);
+      if (defense !== '(none)') p.blocks = await blocksOf(e, defense);
       results.set(defense, p);
       rows.push(row(defense, p));
       await e.close();
@@ -127,6 +138,11 @@ describe('fault admission-checks-finished (the incident)', () => {
     expect(outcome(results.get('zero-on-release')!)).toBe('removes the content, not the 200');
     expect(outcome(results.get('deferred-release')!)).toBe('does not stop it');
     expect(outcome(results.get('transfer-integrity')!)).toBe('does not stop it');
+    // A defense that stops the incident counts what it stopped; one that does not act here counts nothing.
+    expect(results.get('reject-before-bootstrap')!.blocks).toBe(1);
+    expect(results.get('page-tags')!.blocks).toBe(1);
+    expect(results.get('zero-on-release')!.blocks).toBeGreaterThan(0);
+    for (const d of ['deferred-release', 'transfer-integrity', 'salted-prefix-cache', 'strong-prefix-hash', 'restore-fencing']) expect(results.get(d)!.blocks).toBe(0);
     const readme = readFileSync(new URL('../../engine-under-test/README.md', import.meta.url), 'utf8');
     const table = /<!-- incident-defenses:start -->\n([\s\S]*?)<!-- incident-defenses:end -->/.exec(readme)?.[1] ?? '';
     const documented = table.split('\n').filter((l) => l.startsWith('| ') && !l.startsWith('| defense') && !l.startsWith('|---'));

@@ -1,7 +1,9 @@
 /**
  * The prefix cache's faults, through HTTP as a client drives them, each against its defense (and against
  * the correct default) under the same workload. Ground truth: the foreign-read counter, which does not
- * count same-salt, same-token reuse, and text of another request in the answer.
+ * count same-salt, same-token reuse, and text of another request in the answer. With a fault and its
+ * defense both on, the faulty key still matches and the defense's own check refuses the entry: its count in
+ * `kvcanary_engine_defense_blocks_total{defense}` rises while the fault's effect stays at 0.
  */
 import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -21,6 +23,14 @@ async function start(options: StartEngineOptions): Promise<RunningEngine> {
   const e = await startEngine({ preset: 'single', scale: 64, log: () => {}, ...options });
   running.push(e);
   return e;
+}
+
+/** `kvcanary_engine_defense_blocks_total{defense}` as GET /metrics reports it. */
+async function blocks(e: RunningEngine, defense: string): Promise<number> {
+  const text = await (await fetch(`${e.url}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`kvcanary_engine_defense_blocks_total{defense="${defense}"}`));
+  expect(line, `no defense_blocks line for ${defense}`).toBeDefined();
+  return Number(line!.split(' ').pop());
 }
 
 async function complete(e: RunningEngine, body: Record<string, unknown>): Promise<{ text: string; cached: number }> {
@@ -59,6 +69,17 @@ async function crossSalt(e: RunningEngine): Promise<Outcome> {
   const before = e.engine.stats().foreignPageReadsTotal;
   const b = await complete(e, { prompt, cache_salt: 'tenant-b' });
   return { cached: b.cached, foreignReads: e.engine.stats().foreignPageReadsTotal - before, foreignText: false };
+}
+
+/**
+ * The same salt sends its prompt again: a legitimate hit, which salted-prefix-cache must not refuse. (The
+ * prompt starts with its own marker: with the unsalted key, a block another tenant registered first stays
+ * that tenant's, and the check refuses it to everyone else.)
+ */
+async function sameSaltCached(e: RunningEngine): Promise<number> {
+  const prompt = `${marker()} Keep these reference codes on file: ${Array.from({ length: 40 }, marker).join(' ')}\nQuote one: kvcanary-`;
+  await complete(e, { prompt, cache_salt: 'tenant-c', max_tokens: 1 });
+  return (await complete(e, { prompt, cache_salt: 'tenant-c', max_tokens: 1 })).cached;
 }
 
 /**
@@ -105,10 +126,14 @@ describe('prefix-cache faults and their defenses', () => {
     const leaky = await crossSalt(await start({ faults: ['prefix-cache-ignores-salt'] }));
     expect(leaky.cached).toBeGreaterThan(0);
     expect(leaky.foreignReads).toBeGreaterThan(0);
-    for (const options of [{ faults: ['prefix-cache-ignores-salt'], defenses: ['salted-prefix-cache'] }, {}]) {
-      const clean = await crossSalt(await start(options));
-      expect(clean).toEqual({ cached: 0, foreignReads: 0, foreignText: false });
-    }
+    expect(await blocks(running[0]!, 'salted-prefix-cache')).toBe(0);
+    // Both on: the unsalted key matches tenant A's entry, and the salt check refuses it.
+    const defended = await start({ faults: ['prefix-cache-ignores-salt'], defenses: ['salted-prefix-cache'] });
+    expect(await crossSalt(defended)).toEqual({ cached: 0, foreignReads: 0, foreignText: false });
+    expect(await blocks(defended, 'salted-prefix-cache')).toBe(1);
+    // The same tenant still shares: the check refuses other salts only.
+    expect(await sameSaltCached(defended)).toBeGreaterThan(0);
+    expect(await crossSalt(await start({}))).toEqual({ cached: 0, foreignReads: 0, foreignText: false });
   });
 
   it('weak-prefix-hash: a permuted block collides and serves another prompt\'s KV and text; strong-prefix-hash stops it', async () => {
@@ -116,10 +141,11 @@ describe('prefix-cache faults and their defenses', () => {
     expect(leaky.cached).toBeGreaterThan(0);
     expect(leaky.foreignReads).toBeGreaterThan(0);
     expect(leaky.foreignText).toBe(true);
-    for (const options of [{ faults: ['weak-prefix-hash'], defenses: ['strong-prefix-hash'] }, {}]) {
-      const clean = await permutedBlocks(await start(options));
-      expect(clean).toEqual({ cached: 0, foreignReads: 0, foreignText: false });
-    }
+    // Both on: the permuted block's weak key collides, and the token-by-token confirmation refuses it.
+    const defended = await start({ faults: ['weak-prefix-hash'], defenses: ['strong-prefix-hash'] });
+    expect(await permutedBlocks(defended)).toEqual({ cached: 0, foreignReads: 0, foreignText: false });
+    expect(await blocks(defended, 'strong-prefix-hash')).toBe(1);
+    expect(await permutedBlocks(await start({}))).toEqual({ cached: 0, foreignReads: 0, foreignText: false });
   });
 
   it('prompt-cache-restore-race: a stale entry restores pages another request wrote; restore-fencing stops it', async () => {
@@ -131,6 +157,7 @@ describe('prefix-cache faults and their defenses', () => {
     const fenced = await start({ ...small, faults: ['prompt-cache-restore-race'], defenses: ['restore-fencing'] });
     expect(await staleRestore(fenced)).toEqual({ cached: 0, foreignReads: 0, foreignText: false });
     expect(fenced.engine.stats().prefixCache?.staleRestoresRefused).toBeGreaterThan(0);
+    expect(await blocks(fenced, 'restore-fencing')).toBe(1);
     expect(await staleRestore(await start(small))).toEqual({ cached: 0, foreignReads: 0, foreignText: false });
   });
 

@@ -134,6 +134,7 @@ export class DecodeWorker {
     this.model = new InductionModel(memory, {
       config: c.model,
       kernel: c.kernel,
+      fenceReads: true,
       onForeignRead: (reader, r) => {
         // A same-tenant read of a page cached for the same tokens is the cache working, not a leak.
         const read = this.cache === undefined ? r : this.cache.screen(reader, r);
@@ -271,7 +272,7 @@ export class DecodeWorker {
       }
       // A prefix hit in the host tier (when the cache had none): those pages are loaded, prefill starts after
       // them (at least one token is transferred).
-      const hits = shared.length > 0 ? [] : (this.tier?.lookup(seq.tokens, Math.floor((seq.promptLength - 1) / P)) ?? []);
+      const hits = shared.length > 0 ? [] : (this.tier?.lookup(seq.tokens, Math.floor((seq.promptLength - 1) / P), seq.cacheSalt) ?? []);
       const skipTokens = (shared.length + hits.length) * P;
       seq.skipTokens = skipTokens;
       const leases = this.pool.memory.leases;
@@ -281,7 +282,7 @@ export class DecodeWorker {
       if (hits.length > 0 && this.copies !== undefined) {
         seq.loading = true;
         this.hitPages += hits.length;
-        this.copies.load({ owner: seq.id, pages, gens, hits }, () => {
+        this.copies.load({ owner: seq.id, salt: seq.cacheSalt, pages, gens, hits }, () => {
           seq.loading = false;
           this.maybeReady(seq);
           if (seq.phase === 'ending') this.tryRelease(seq);
@@ -388,7 +389,7 @@ export class DecodeWorker {
       const full = Math.floor(seq.promptLength / this.config.pageSize);
       const pages = seq.table.pages.slice(0, full);
       const gens = pages.map((p) => this.pool.memory.generation[p] as number);
-      seq.writingBack = this.copies.writeBack({ owner: seq.id, pages, gens, tokens: seq.tokens.slice(0, full * this.config.pageSize) }, () => {
+      seq.writingBack = this.copies.writeBack({ owner: seq.id, pages, gens, tokens: seq.tokens.slice(0, full * this.config.pageSize), salt: seq.cacheSalt }, () => {
         seq.writingBack = false;
         this.tryRelease(seq);
       });
@@ -436,6 +437,7 @@ export class DecodeWorker {
     s.set('poolTables', p.tables);
     s.set('poolPendingReleasePages', p.pendingReleasePages);
     s.set('poolParkedPagesTotal', p.parkedPagesTotal);
+    s.set('poolZeroedPagesTotal', p.zeroedPagesTotal);
     s.set('generationTokensTotal', this.generationTokensTotal);
     s.set('steps', this.steps);
     s.set('pageTagMismatches', this.pageTagMismatches);
@@ -452,6 +454,9 @@ export class DecodeWorker {
     s.set('prefixCachedTokensTotal', pc?.cachedTokensTotal ?? 0);
     s.set('prefixEvictions', pc?.evictions ?? 0);
     s.set('prefixStaleRestoresRefused', pc?.staleRestoresRefused ?? 0);
+    s.set('prefixBlockedSalt', pc?.blocked['salted-prefix-cache'] ?? 0);
+    s.set('prefixBlockedTokens', pc?.blocked['strong-prefix-hash'] ?? 0);
+    s.set('prefixBlockedRestore', pc?.blocked['restore-fencing'] ?? 0);
   }
 }
 

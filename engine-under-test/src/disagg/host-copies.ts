@@ -34,10 +34,13 @@ export interface WriteBackJob {
   pages: Int32Array;
   gens: Int32Array;
   tokens: Uint16Array;
+  salt: string | undefined;
 }
 
 export interface LoadJob {
   owner: number;
+  /** The loader's `cache_salt`. */
+  salt: string | undefined;
   pages: Int32Array;
   gens: Int32Array;
   hits: readonly HostPage[];
@@ -106,7 +109,7 @@ export class HostCopies {
       } else {
         if (stale) this.counters.staleCopiesDropped++;
         else {
-          this.tier.insert(this.tier.keys(job.tokens, job.pages.length), copies);
+          this.tier.insert(this.tier.keys(job.tokens, job.pages.length, job.salt), copies);
           this.counters.pagesWrittenBack += copies.length;
         }
         this.writeBackBusy = false;
@@ -124,7 +127,7 @@ export class HostCopies {
     const floats = P * FLOATS_PER_SLOT;
     for (let i = from; i < to; i++) {
       const page = job.pages[i] as number;
-      const copy = new HostPage(P, job.tokens.slice(i * P, (i + 1) * P), job.owner);
+      const copy = new HostPage(P, job.tokens.slice(i * P, (i + 1) * P), job.owner, job.salt);
       copy.data.set(m.data.subarray(page * floats, (page + 1) * floats));
       copy.slotWriter.set(m.slotWriter.subarray(page * P, (page + 1) * P));
       into.push(copy);
@@ -142,8 +145,11 @@ export class HostCopies {
       const ok = this.withChecked(job.owner, job.pages, job.gens, index, end, true, () => {
         for (let i = index; i < end; i++) {
           const hit = job.hits[i] as HostPage;
-          // Data the entry's origin computed for these very tokens is the loader's own; anything else keeps its author.
-          m.copySlots(hit, 0, job.pages[i] as number, 0, P, job.owner, job.gens[i] as number, { from: hit.origin, to: job.owner });
+          // Ground truth: data the entry's origin computed for these very tokens (confirmed at lookup) under the
+          // loader's own salt is the loader's own, as a legitimate prefix-cache hit is; anything else, another
+          // tenant's copy included, keeps its author and counts as foreign when read.
+          const own = hit.salt === job.salt ? { from: hit.origin, to: job.owner } : undefined;
+          m.copySlots(hit, 0, job.pages[i] as number, 0, P, job.owner, job.gens[i] as number, own);
         }
       });
       if (ok) this.counters.pagesLoaded += end - index;

@@ -6,8 +6,9 @@
  * writer tag, so whatever a copy captured keeps naming its author.
  *
  * Bounded: least recently used pages are evicted past `capacityPages`. A write-back replaces the entry of
- * each key it covers (the freshest copy wins). Prefix matching ignores `cache_salt`: this tier exists to
- * carry the offload race, not to be the engine's prefix cache.
+ * each key it covers (the freshest copy wins). Like the prefix cache, the tier honours `cache_salt`: the
+ * key chain starts from the salt and each entry keeps the salt it was written under, which a hit must
+ * match too, so tenants with different salts never share a page here.
  */
 import { FLOATS_PER_SLOT, type SlotSource } from '../kv-memory.js';
 import { fmix32, murmurRound } from '../hash.js';
@@ -21,6 +22,8 @@ export class HostPage implements SlotSource {
     readonly tokens: Uint16Array,
     /** The request whose write-back produced this copy. */
     readonly origin: number,
+    /** The `cache_salt` the origin was sent with. */
+    readonly salt: string | undefined,
   ) {
     this.data = new Float32Array(pageSize * FLOATS_PER_SLOT);
     this.slotWriter = new Int32Array(pageSize);
@@ -39,12 +42,19 @@ export class HostTier {
     return this.index.size;
   }
 
-  /** Keys of the first `pages` full pages of `tokens`. */
-  keys(tokens: ArrayLike<number>, pages: number): string[] {
+  /** Keys of the first `pages` full pages of `tokens` under `salt`. */
+  keys(tokens: ArrayLike<number>, pages: number, salt: string | undefined): string[] {
     const P = this.pageSize;
     const keys: string[] = [];
     let h1 = 0x9747b28c | 0;
     let h2 = 0x2f8d6e13 | 0;
+    if (salt !== undefined) {
+      h2 = murmurRound(h2, 0x5a17);
+      for (let i = 0; i < salt.length; i++) {
+        h1 = murmurRound(h1, salt.charCodeAt(i));
+        h2 = murmurRound(h2, salt.charCodeAt(i) ^ 0x5bd1e995);
+      }
+    }
     for (let k = 0; k < pages; k++) {
       for (let i = k * P; i < (k + 1) * P; i++) {
         const t = tokens[i] as number;
@@ -56,15 +66,15 @@ export class HostTier {
     return keys;
   }
 
-  /** The longest run of leading pages of `tokens` the tier holds, at most `maxPages`. */
-  lookup(tokens: ArrayLike<number>, maxPages: number): HostPage[] {
+  /** The longest run of leading pages of `tokens` the tier holds for `salt`, at most `maxPages`. */
+  lookup(tokens: ArrayLike<number>, maxPages: number, salt: string | undefined): HostPage[] {
     const P = this.pageSize;
     const hits: HostPage[] = [];
-    const keys = this.keys(tokens, maxPages);
+    const keys = this.keys(tokens, maxPages, salt);
     for (let k = 0; k < keys.length; k++) {
       const key = keys[k] as string;
       const page = this.index.get(key);
-      if (page === undefined) break;
+      if (page === undefined || page.salt !== salt) break;
       let same = true;
       for (let s = 0; s < P && same; s++) same = page.tokens[s] === tokens[k * P + s];
       if (!same) break;

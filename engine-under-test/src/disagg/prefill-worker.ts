@@ -308,6 +308,7 @@ export class PrefillWorker {
     s.set('poolTables', p.tables);
     s.set('poolPendingReleasePages', p.pendingReleasePages);
     s.set('poolParkedPagesTotal', p.parkedPagesTotal);
+    s.set('poolZeroedPagesTotal', p.zeroedPagesTotal);
     s.set('promptTokensTotal', this.promptTokensTotal);
     s.set('steps', this.steps);
     const t = this.transfer.counters;

@@ -19,6 +19,7 @@
  */
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import { checkAdmission } from '../admission.js';
+import { defenseBlocks } from '../defenses.js';
 import { systemClock, type Clock } from '../clock.js';
 import type { EngineConfig } from '../config.js';
 import type { Engine, EngineEvent, EngineInfo, EngineStats, GenerationRequest, RequestHandle, SubmitResult } from '../engine.js';
@@ -98,6 +99,7 @@ function poolStats(s: StatsBlock): KvPoolStats {
     tables: s.get('poolTables'),
     pendingReleasePages: s.get('poolPendingReleasePages'),
     parkedPagesTotal: s.get('poolParkedPagesTotal'),
+    zeroedPagesTotal: s.get('poolZeroedPagesTotal'),
   };
 }
 
@@ -124,6 +126,7 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
   const rejectedTotal: Record<string, number> = {};
   const finishedTotal: Record<'length' | 'aborted' | 'error', number> = { length: 0, aborted: 0, error: 0 };
   const rejectBeforeBootstrap = config.defenses.includes('reject-before-bootstrap');
+  let rejectedBeforeBootstrap = 0;
   let nextId = 1;
   let closed = false;
   let broken: string | undefined;
@@ -223,9 +226,11 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
     if (!Number.isInteger(request.maxTokens) || request.maxTokens < 1) throw new RangeError('maxTokens must be an integer >= 1');
     const promptKind = request.promptKind ?? 'prompt';
     const input = { promptTokens, maxTokens: request.maxTokens, promptKind };
+    const decodeRejection = checkAdmission(input, { contextTokens: config.contextTokens, poolTokens: d.decodePoolTokens });
     const rejection =
-      checkAdmission(input, { contextTokens: config.contextTokens, poolTokens: d.decodePoolTokens }) ??
-      (rejectBeforeBootstrap ? checkAdmission(input, { contextTokens: config.contextTokens, poolTokens: config.poolTokens }) : undefined);
+      decodeRejection ?? (rejectBeforeBootstrap ? checkAdmission(input, { contextTokens: config.contextTokens, poolTokens: config.poolTokens }) : undefined);
+    // What only the defense refused: a prompt decode would have taken and bootstrapped (the incident's path).
+    if (rejection !== undefined && decodeRejection === undefined) rejectedBeforeBootstrap++;
     if (rejection !== undefined) {
       rejectedTotal[rejection.code] = (rejectedTotal[rejection.code] ?? 0) + 1;
       return { ok: false, rejection };
@@ -293,6 +298,11 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
               cachedTokensTotal: ds.get('prefixCachedTokensTotal'),
               evictions: ds.get('prefixEvictions'),
               staleRestoresRefused: ds.get('prefixStaleRestoresRefused'),
+              blocked: {
+                'salted-prefix-cache': ds.get('prefixBlockedSalt'),
+                'strong-prefix-hash': ds.get('prefixBlockedTokens'),
+                'restore-fencing': ds.get('prefixBlockedRestore'),
+              },
             },
           }
         : {}),
@@ -301,6 +311,16 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
         staleBatchesDropped: ps.get('staleBatchesDropped'),
         staleCopiesDropped: ds.get('staleCopiesDropped'),
       },
+      defenseBlocks: defenseBlocks({
+        'reject-before-bootstrap': rejectedBeforeBootstrap,
+        'deferred-release': ds.get('poolParkedPagesTotal'),
+        'page-tags': ds.get('pageTagMismatches'),
+        'zero-on-release': ds.get('poolZeroedPagesTotal') + ps.get('poolZeroedPagesTotal'),
+        'transfer-integrity': ps.get('staleBatchesDropped') + ds.get('staleCopiesDropped'),
+        'salted-prefix-cache': ds.get('prefixBlockedSalt'),
+        'strong-prefix-hash': ds.get('prefixBlockedTokens'),
+        'restore-fencing': ds.get('prefixBlockedRestore'),
+      }),
     };
   }
 

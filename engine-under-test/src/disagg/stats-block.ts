@@ -19,6 +19,7 @@ export const STAT_FIELDS = [
   'poolTables',
   'poolPendingReleasePages',
   'poolParkedPagesTotal',
+  'poolZeroedPagesTotal',
   'promptTokensTotal',
   'generationTokensTotal',
   'steps',
@@ -39,6 +40,9 @@ export const STAT_FIELDS = [
   'prefixCachedTokensTotal',
   'prefixEvictions',
   'prefixStaleRestoresRefused',
+  'prefixBlockedSalt',
+  'prefixBlockedTokens',
+  'prefixBlockedRestore',
 ] as const;
 export type StatField = (typeof STAT_FIELDS)[number];
 

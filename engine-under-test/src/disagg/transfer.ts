@@ -169,18 +169,23 @@ export class TransferEngine {
       }
       return true;
     };
+    // The batch lands under its pages' locks (one global order, ascending: no deadlock with another multi-page
+    // locker), so a decode read, which takes the same locks (KvMemory.readFenced), sees it wholly or not at all.
+    const locked: number[] = [];
+    for (let i = first; i <= last; i++) locked.push(target.pages[i] as number);
+    locked.sort((a, b) => a - b);
+    const unique = locked.filter((page, i) => i === 0 || page !== locked[i - 1]);
     if (!this.options.integrity) {
+      for (const page of unique) dst.lockPage(page);
       // Ground truth only (nothing here acts on it): did this one-sided write land on pages the room no longer holds?
       if (!stillOurs(true)) this.counters.lateBatchesLanded++;
       this.copy(target, batch);
+      for (const page of unique) dst.unlockPage(page);
     } else {
-      const locked: number[] = [];
-      for (let i = first; i <= last; i++) locked.push(target.pages[i] as number);
-      locked.sort((a, b) => a - b); // one global order: no deadlock with another multi-page locker
-      for (const page of locked) dst.lockPage(page);
+      for (const page of unique) dst.lockPage(page);
       const fresh = stillOurs(false) && slotsChecksum(this.src, target.source, batch.from, batch.to) === batch.checksum;
       if (fresh) this.copy(target, batch);
-      for (const page of locked) dst.unlockPage(page);
+      for (const page of unique) dst.unlockPage(page);
       if (!fresh) {
         this.counters.staleBatchesDropped++;
         return;
