@@ -18,22 +18,32 @@ import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { createService, type ProbeDeps } from '../service/service.js';
 import { UsageError } from './usage.js';
+import { ShardError, shardFromArgs, type Shard } from '../service/shard.js';
 
-const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT]
+const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT] [--shard INDEX/COUNT]
 
   --config FILE       YAML config of targets, schedule, budgets (see README "Config reference");
                       without it: the embedded demo against two bundled engines
   --listen HOST:PORT  where /metrics, /healthz and the status page are served
-                      (default 127.0.0.1:9464; port 0 picks a free one)`;
+                      (default 127.0.0.1:9464; port 0 picks a free one)
+  --shard INDEX/COUNT probe only the targets rendezvous hashing gives shard INDEX (0-based) of COUNT;
+                      also KVCANARY_SHARD=INDEX/COUNT, or KVCANARY_SHARD_INDEX + KVCANARY_SHARD_COUNT.
+                      A store.path containing {shard} gets INDEX there`;
 
 export async function serveMain(args: string[]): Promise<number> {
   let v;
+  let shard: Shard | undefined;
   try {
     v = parseArgs({ args, strict: true, allowPositionals: false, options: {
-      config: { type: 'string' }, listen: { type: 'string' }, help: { type: 'boolean', short: 'h', default: false },
+      config: { type: 'string' }, listen: { type: 'string' }, shard: { type: 'string' }, help: { type: 'boolean', short: 'h', default: false },
     } }).values;
     if (v.listen !== undefined && !/^[^:\s]+:\d{1,5}$/.test(v.listen)) throw new UsageError(`--listen: expected HOST:PORT, got '${v.listen}'`);
+    shard = shardFromArgs(v.shard, process.env);
   } catch (err) {
+    if (err instanceof ShardError) {
+      process.stderr.write(`kvcanary serve: ${err.message}\n`);
+      return EXIT.usage;
+    }
     process.stderr.write(`kvcanary serve: ${(err as Error).message}\n\n${USAGE}\n`);
     return EXIT.usage;
   }
@@ -55,6 +65,9 @@ export async function serveMain(args: string[]): Promise<number> {
     if (v.listen !== undefined) {
       const i = v.listen.lastIndexOf(':');
       config = { ...config, listen: { host: v.listen.slice(0, i), port: Number(v.listen.slice(i + 1)) } };
+    }
+    if (config.store.path.includes('{shard}')) {
+      config = { ...config, store: { ...config.store, path: config.store.path.replaceAll('{shard}', String(shard?.index ?? 0)) } };
     }
   } catch (err) {
     await Promise.all(engines.map((e) => e.close()));
@@ -81,6 +94,7 @@ export async function serveMain(args: string[]): Promise<number> {
       });
     },
     onRun: (run) => printFindings(run),
+    ...(shard === undefined ? {} : { shard }),
   } satisfies Parameters<typeof createService>[0] & { createProbe: (d: ProbeDeps) => unknown });
   process.stdout.write(`kvcanary serving ${service.url} (metrics ${service.url}metrics)\n`);
 
@@ -106,7 +120,8 @@ export async function serveMain(args: string[]): Promise<number> {
         return;
       }
       loadConfig(v.config, { knownScenarios: SCENARIO_NAMES }).then(
-        (next) => {
+        (loaded) => {
+          const next = { ...loaded, store: { ...loaded.store, path: loaded.store.path.replaceAll('{shard}', String(shard?.index ?? 0)) } };
           service.reload(next);
           logger.info({ targets: next.targets.map((t) => t.name) }, 'config reloaded');
         },

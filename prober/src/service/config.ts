@@ -59,6 +59,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseDocument } from 'yaml';
 import type { ProbeTuning } from '../probe/scenarios/context.js';
+import { parseDiscover, type DiscoverSpec } from './discovery/spec.js';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
@@ -105,6 +106,14 @@ export interface ServiceConfig {
   concurrency: { global: number; perTarget: number };
   scenarios: string[];
   targets: TargetConfig[];
+  /** Target entries with `discover:` instead of `base_url` (discovery/): each address found becomes a target. */
+  discovery?: DiscoveryEntry[];
+}
+
+/** A `discover:` entry: `template` (baseUrl '') is what every discovered target of it inherits. */
+export interface DiscoveryEntry {
+  spec: DiscoverSpec;
+  template: TargetConfig;
 }
 
 export interface ConfigIssue {
@@ -232,7 +241,7 @@ export function parseConfig(text: string, opts: ParseConfigOptions): ServiceConf
 export function configSecrets(config: ServiceConfig, env: Record<string, string | undefined> = process.env): string[] {
   const out = new Set<string>();
   const add = (v: string | undefined): void => { if (v !== undefined && v !== '') out.add(v); };
-  for (const t of config.targets) {
+  for (const t of [...config.targets, ...(config.discovery ?? []).map((d) => d.template)]) {
     if (t.apiKeyEnv !== undefined) add(env[t.apiKeyEnv]);
     for (const tenant of t.tenants) if (tenant.apiKeyEnv !== undefined) add(env[tenant.apiKeyEnv]);
     for (const [k, v] of Object.entries(t.headers)) if (SECRET_HEADER_RE.test(k)) add(v);
@@ -526,14 +535,22 @@ class Validator {
     return value;
   }
 
-  private target(value: unknown, p: string, defaults: TargetDefaults): TargetConfig | undefined {
-    const o = this.object(value, p, ['name', 'base_url', 'model', 'api_key_env', 'headers', 'tenants', 'schedule', 'budget', 'scenarios', 'probe']);
+  private target(value: unknown, p: string, defaults: TargetDefaults): (TargetConfig & { discover?: DiscoverSpec }) | undefined {
+    const o = this.object(value, p, ['name', 'base_url', 'discover', 'model', 'api_key_env', 'headers', 'tenants', 'schedule', 'budget', 'scenarios', 'probe']);
     if (o === undefined) return undefined;
     let name: string | undefined;
     if (o.name === undefined) this.fail(join(p, 'name'), 'required');
     else if (typeof o.name !== 'string' || !NAME_RE.test(o.name)) this.fail(join(p, 'name'), `expected a name matching [a-zA-Z0-9_.-]{1,64}, got ${describe(o.name)}`);
     else name = o.name;
-    const baseUrl = o.base_url === undefined ? this.fail(join(p, 'base_url'), 'required') : this.baseUrl(o.base_url, join(p, 'base_url'));
+    let discover: DiscoverSpec | undefined;
+    if (o.discover !== undefined) {
+      const d = parseDiscover(o.discover, join(p, 'discover'), this.opts.baseDir ?? process.cwd(), parseDuration);
+      this.issues.push(...d.issues);
+      discover = d.spec;
+      if (o.base_url !== undefined) this.fail(join(p, 'base_url'), 'give base_url or discover, not both');
+    }
+    const baseUrl = o.discover !== undefined ? (discover === undefined ? undefined : '')
+      : o.base_url === undefined ? this.fail(join(p, 'base_url'), 'required') : this.baseUrl(o.base_url, join(p, 'base_url'));
     const model = o.model === undefined ? undefined : this.string(o.model, join(p, 'model'), 'a model id');
     const apiKeyEnv = o.api_key_env === undefined ? undefined : this.envName(o.api_key_env, join(p, 'api_key_env'));
     const headers = o.headers === undefined ? {} : this.headers(o.headers, join(p, 'headers'));
@@ -544,7 +561,8 @@ class Validator {
     const tuning = o.probe === undefined ? defaults.tuning : this.tuning(o.probe, join(p, 'probe'), defaults.tuning);
     if (name === undefined || baseUrl === undefined || headers === undefined || tenants === undefined
       || schedule === undefined || budget === undefined || scenarios === undefined || (o.probe !== undefined && tuning === undefined)) return undefined;
-    const t: TargetConfig = { name, baseUrl, headers, tenants, schedule, budget, scenarios };
+    const t: TargetConfig & { discover?: DiscoverSpec } = { name, baseUrl, headers, tenants, schedule, budget, scenarios };
+    if (discover !== undefined) t.discover = discover;
     if (tuning !== undefined && Object.keys(tuning).length > 0) t.tuning = tuning;
     if (model !== undefined) t.model = model;
     if (apiKeyEnv !== undefined) t.apiKeyEnv = apiKeyEnv;
@@ -594,6 +612,7 @@ class Validator {
     const tuning = o.probe === undefined ? undefined : this.tuning(o.probe, 'probe', undefined);
 
     let targets: TargetConfig[] | undefined;
+    let discovery: DiscoveryEntry[] | undefined;
     if (o.targets === undefined) this.fail('targets', 'required: a list of at least one target ({name, base_url, ...})');
     else if (!Array.isArray(o.targets) || o.targets.length === 0) this.fail('targets', `expected a non-empty list of targets, got ${describe(o.targets)}`);
     else {
@@ -612,11 +631,20 @@ class Validator {
         if (first === undefined) firstByName.set(n, i);
         else this.fail(`targets[${i}].name`, `duplicate target name ${JSON.stringify(n)} (first used by targets[${first}])`);
       });
-      if (list.every((t): t is TargetConfig => t !== undefined)) targets = list;
+      if (list.every((t): t is TargetConfig & { discover?: DiscoverSpec } => t !== undefined)) {
+        targets = [];
+        discovery = [];
+        for (const { discover, ...t } of list) {
+          if (discover === undefined) targets.push(t);
+          else discovery.push({ spec: discover, template: t });
+        }
+      }
     }
 
     if (listen === undefined || store === undefined || log === undefined || schedule === undefined || budget === undefined
       || concurrency === undefined || scenarios === undefined || targets === undefined || (o.probe !== undefined && tuning === undefined)) return undefined;
-    return { listen, store, log, schedule, budget, concurrency, scenarios, targets };
+    const config: ServiceConfig = { listen, store, log, schedule, budget, concurrency, scenarios, targets };
+    if (discovery !== undefined && discovery.length > 0) config.discovery = discovery;
+    return config;
   }
 }
