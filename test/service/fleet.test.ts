@@ -220,3 +220,42 @@ targets:
     await vi.waitFor(async () => expect(await union()).toEqual(expected(addrs(3))), { timeout: 5000, interval: 100 });
   }, 30_000);
 });
+
+describe('dns discovery against a real DNS server', () => {
+  it('probes every A and AAAA address and SRV record, follows changes at refresh, and keeps the last good list through a SERVFAIL', async () => {
+    const { startDnsServer } = await import('../helpers/dns-server.js');
+    const { createResolver } = await import('../../prober/src/service/discovery/sources.js');
+    const server = await startDnsServer({
+      'glm-headless.ns.svc': { a: ['10.0.0.1', '10.0.0.2'], aaaa: ['fd00::7'] },
+      '_http._tcp.sg.ns.svc': { srv: [{ port: 30000, target: 'sg-0.sg.ns.svc' }, { port: 30001, target: 'sg-1.sg.ns.svc' }] },
+    });
+    closers.push(() => server.close());
+    const dir = tempDir();
+    const config = parseConfig(`
+listen: 127.0.0.1:0
+store: { path: ${path.join(dir, 's.sqlite')} }
+schedule: { interval: 1h, timeout: 1m, jitter: 30m }
+targets:
+  - name: glm
+    discover: { dns: glm-headless.ns.svc:8000, refresh: 1s }
+  - name: sg
+    discover: { dns_srv: _http._tcp.sg.ns.svc, scheme: https, path_prefix: /v1 }
+`, { knownScenarios: KNOWN });
+    const svc = await createService({ config, probe, logger: quietLogger().logger, dns: createResolver([server.address]) });
+    closers.push(() => svc.stop());
+    const list = async () => (await (await fetch(`${svc.url}api/targets`)).json() as FleetTarget[]).map((t) => `${t.name} ${t.baseUrl}`).sort();
+    expect(await list()).toEqual([
+      'glm/10.0.0.1:8000 http://10.0.0.1:8000',
+      'glm/10.0.0.2:8000 http://10.0.0.2:8000',
+      'glm/[fd00::7]:8000 http://[fd00::7]:8000',
+      'sg/sg-0.sg.ns.svc:30000 https://sg-0.sg.ns.svc:30000/v1',
+      'sg/sg-1.sg.ns.svc:30001 https://sg-1.sg.ns.svc:30001/v1',
+    ]);
+    server.zone['glm-headless.ns.svc'] = { a: ['10.0.0.2', '10.0.0.3'] };
+    await vi.waitFor(async () => expect((await list()).filter((l) => l.startsWith('glm/'))).toEqual([
+      'glm/10.0.0.2:8000 http://10.0.0.2:8000', 'glm/10.0.0.3:8000 http://10.0.0.3:8000']), { timeout: 5000, interval: 200 });
+    server.failing = true;
+    await vi.waitFor(async () => expect(await (await fetch(`${svc.url}metrics`)).text()).toMatch(/kvcanary_discovery_errors_total\{source="glm"\} [1-9]/), { timeout: 15_000, interval: 200 });
+    expect((await list()).filter((l) => l.startsWith('glm/'))).toHaveLength(2);
+  }, 30_000);
+});
