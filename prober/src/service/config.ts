@@ -68,6 +68,8 @@ export interface ScheduleConfig {
   intervalMs: number;
   timeoutMs: number;
   jitterMs: number;
+  /** `schedule.scenarios`: scenarios that run less often than every cycle (scenario-schedule.ts). */
+  scenarioIntervalsMs?: Record<string, number>;
 }
 
 export interface BudgetConfig {
@@ -402,7 +404,7 @@ class Validator {
   }
 
   private schedule(value: unknown, p: string, base: ScheduleConfig | undefined): ScheduleConfig | undefined {
-    const o = this.object(value, p, ['interval', 'timeout', 'jitter']);
+    const o = this.object(value, p, ['interval', 'timeout', 'jitter', 'scenarios']);
     if (o === undefined) return undefined;
     const field = (k: 'interval' | 'timeout' | 'jitter', min: number, dflt: string): number | undefined => {
       if (o[k] === undefined) {
@@ -424,7 +426,22 @@ class Validator {
     if (jitterMs >= intervalMs) {
       this.fail(join(p, 'jitter'), `expected a jitter below the interval (${shown('interval', intervalMs)}), got ${shown('jitter', jitterMs)}`);
     }
-    return this.issues.length === before ? { intervalMs, timeoutMs, jitterMs } : undefined;
+    const out: ScheduleConfig = { intervalMs, timeoutMs, jitterMs };
+    const perScenario = { ...base?.scenarioIntervalsMs };
+    if (o.scenarios !== undefined) {
+      const sp = join(p, 'scenarios');
+      if (o.scenarios === null || typeof o.scenarios !== 'object' || Array.isArray(o.scenarios)) {
+        this.fail(sp, `expected a mapping of scenario name to interval such as {overlimit-handoff: 1h}, got ${describe(o.scenarios)}`);
+      } else {
+        for (const [name, d] of Object.entries(o.scenarios as Obj)) {
+          if (!this.known.has(name)) { this.fail(join(sp, name), `unknown scenario${didYouMean(name, [...this.known])}; known: ${[...this.known].join(', ')}`); continue; }
+          const ms = this.duration(d, join(sp, name), intervalMs);
+          if (ms !== undefined) perScenario[name] = ms;
+        }
+      }
+    }
+    if (Object.keys(perScenario).length > 0) out.scenarioIntervalsMs = perScenario;
+    return this.issues.length === before ? out : undefined;
   }
 
   private budget(value: unknown, p: string): BudgetConfig | undefined {
