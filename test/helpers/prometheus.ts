@@ -36,6 +36,8 @@ export interface PrometheusOptions {
   metricsPath?: string;
   /** @default 'kvcanary' */
   jobName?: string;
+  /** `host:port` of Alertmanagers to send alerts to. @default none */
+  alertmanagers?: string[];
   /** Path of the binary. @default $PROMETHEUS_BIN, else `prometheus` on PATH, else /usr/bin/prometheus */
   binary?: string;
   /** How long to wait for `/-/ready`. @default 30000 */
@@ -234,6 +236,7 @@ export async function startPrometheus(options: PrometheusOptions): Promise<Prome
   await writeFile(configPath, stringify({
     global: { scrape_interval: scrapeInterval, scrape_timeout: scrapeInterval, evaluation_interval: options.evaluationInterval ?? '1s' },
     rule_files: (options.ruleFiles ?? []).map((f) => resolve(f)),
+    ...(options.alertmanagers === undefined ? {} : { alerting: { alertmanagers: [{ static_configs: [{ targets: options.alertmanagers }] }] } }),
     scrape_configs: [{
       job_name: options.jobName ?? 'kvcanary',
       metrics_path: options.metricsPath ?? '/metrics',

@@ -2,6 +2,7 @@
 import { EXIT } from '../exit-codes.js';
 import { ConfigError, formatDuration, loadConfig } from '../service/config.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
+import { describeSource } from '../service/discovery/spec.js';
 
 const USAGE = 'usage: kvcanary check-config FILE';
 
@@ -19,7 +20,12 @@ export async function checkConfigMain(args: string[]): Promise<number> {
     const lines = config.targets.map(
       (t) => `  ${t.name}: ${t.baseUrl} every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}), scenarios ${t.scenarios.join(', ')}`,
     );
-    process.stdout.write(`${args[0]}: valid, ${config.targets.length} target(s)\n${lines.join('\n')}\n`);
+    for (const d of config.discovery ?? []) {
+      const t = d.template;
+      lines.push(`  ${t.name}/*: discovered by ${describeSource(d.spec.source)} (refresh ${formatDuration(d.spec.refreshMs)}, ${d.spec.scheme}://HOST:PORT${d.spec.pathPrefix}) every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}), scenarios ${t.scenarios.join(', ')}`);
+    }
+    const discovered = (config.discovery ?? []).length;
+    process.stdout.write(`${args[0]}: valid, ${config.targets.length} target(s)${discovered > 0 ? ` and ${discovered} discovery entr${discovered === 1 ? 'y' : 'ies'}` : ''}\n${lines.join('\n')}\n`);
     return EXIT.pass;
   } catch (err) {
     if (err instanceof ConfigError) {

@@ -23,24 +23,34 @@ import { createService, type ProbeDeps } from '../service/service.js';
 import { parseArgsMessage, UsageError } from './usage.js';
 import { MAX_PORT } from '../bounds.js';
 import { shownString } from '../shown-value.js';
+import { ShardError, shardFromArgs, type Shard } from '../service/shard.js';
 
-const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT]
+const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT] [--shard INDEX/COUNT]
 
   --config FILE       YAML config of targets, schedule, budgets (see README "Config reference");
                       without it: the embedded demo against two bundled engines
   --listen HOST:PORT  where /metrics, /healthz and the status page are served
-                      (default 127.0.0.1:9464; port 0 picks a free one)`;
+                      (default 127.0.0.1:9464; port 0 picks a free one)
+  --shard INDEX/COUNT probe only the targets rendezvous hashing gives shard INDEX (0-based) of COUNT;
+                      also KVCANARY_SHARD=INDEX/COUNT, or KVCANARY_SHARD_INDEX + KVCANARY_SHARD_COUNT.
+                      A store.path containing {shard} gets INDEX there`;
 
 export async function serveMain(args: string[]): Promise<number> {
   let v;
+  let shard: Shard | undefined;
   try {
     v = parseArgs({ args, strict: true, allowPositionals: false, options: {
-      config: { type: 'string' }, listen: { type: 'string' }, help: { type: 'boolean', short: 'h', default: false },
+      config: { type: 'string' }, listen: { type: 'string' }, shard: { type: 'string' }, help: { type: 'boolean', short: 'h', default: false },
     } }).values;
     if (v.listen !== undefined && (!/^[^:\s]+:\d{1,5}$/.test(v.listen) || Number(v.listen.slice(v.listen.lastIndexOf(':') + 1)) > MAX_PORT)) {
       throw new UsageError(`--listen: expected HOST:PORT with a port from 0 to ${MAX_PORT}, got ${shownString(v.listen)}`);
     }
+    shard = shardFromArgs(v.shard, process.env);
   } catch (err) {
+    if (err instanceof ShardError) {
+      process.stderr.write(`kvcanary serve: ${err.message}\n`);
+      return EXIT.usage;
+    }
     process.stderr.write(`kvcanary serve: ${err instanceof UsageError ? err.message : parseArgsMessage(err)}\n\n${USAGE}\n`);
     return EXIT.usage;
   }
@@ -62,6 +72,9 @@ export async function serveMain(args: string[]): Promise<number> {
     if (v.listen !== undefined) {
       const i = v.listen.lastIndexOf(':');
       config = { ...config, listen: { host: v.listen.slice(0, i), port: Number(v.listen.slice(i + 1)) } };
+    }
+    if (config.store.path.includes('{shard}')) {
+      config = { ...config, store: { ...config.store, path: config.store.path.replaceAll('{shard}', String(shard?.index ?? 0)) } };
     }
   } catch (err) {
     await Promise.all(engines.map((e) => e.close()));
@@ -94,6 +107,7 @@ export async function serveMain(args: string[]): Promise<number> {
         return (req) => probe({ ...req, signal: AbortSignal.any([req.signal, shutdown.signal]) });
       },
       onRun: (run) => printFindings(run),
+      ...(shard === undefined ? {} : { shard }),
     } satisfies Parameters<typeof createService>[0] & { createProbe: (d: ProbeDeps) => unknown });
   } catch (err) {
     await Promise.all(engines.map((e) => e.close()));
@@ -129,7 +143,8 @@ export async function serveMain(args: string[]): Promise<number> {
         return;
       }
       loadConfig(v.config, { knownScenarios: SCENARIO_NAMES }).then(
-        (next) => {
+        (loaded) => {
+          const next = { ...loaded, store: { ...loaded.store, path: loaded.store.path.replaceAll('{shard}', String(shard?.index ?? 0)) } };
           service.reload(next);
           current = next;
           logger.info({ targets: next.targets.map((t) => t.name) }, 'config reloaded');

@@ -68,6 +68,7 @@ import type { ProbeTuning } from '../probe/scenarios/context.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS, MAX_CONFIG_BYTES, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS, MAX_SHUTDOWN_GRACE_MS, MAX_TARGETS } from '../bounds.js';
 import { describeValue } from '../shown-value.js';
 import { targetSecrets } from '../probe/redactor.js';
+import { parseDiscover, type DiscoverSpec } from './discovery/spec.js';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
@@ -76,6 +77,8 @@ export interface ScheduleConfig {
   intervalMs: number;
   timeoutMs: number;
   jitterMs: number;
+  /** `schedule.scenarios`: scenarios that run less often than every cycle (scenario-schedule.ts). */
+  scenarioIntervalsMs?: Record<string, number>;
 }
 
 export interface BudgetConfig {
@@ -120,6 +123,14 @@ export interface ServiceConfig {
   allowedHosts?: string[];
   /** `shutdown_grace:` SIGTERM waits this long for in-flight probes, then aborts them. @default 10s */
   shutdownGraceMs?: number;
+  /** Target entries with `discover:` instead of `base_url` (discovery/): each address found becomes a target. */
+  discovery?: DiscoveryEntry[];
+}
+
+/** A `discover:` entry: `template` (baseUrl '') is what every discovered target of it inherits. */
+export interface DiscoveryEntry {
+  spec: DiscoverSpec;
+  template: TargetConfig;
 }
 
 export interface ConfigIssue {
@@ -260,8 +271,10 @@ export function parseConfig(text: string, opts: ParseConfigOptions): ServiceConf
  * the logger and the store scrub these from anything they write.
  */
 export function configSecrets(config: ServiceConfig, env: Record<string, string | undefined> = process.env): string[] {
-  // Every header value not on the non-secret allow-list counts (redactor.ts), and URL credentials.
-  return [...new Set(config.targets.flatMap((t) => targetSecrets(t, env)))];
+  // Every header value not on the non-secret allow-list counts (redactor.ts), and URL credentials; discovered
+  // targets inherit their entry's keys and headers.
+  const templates = [...config.targets, ...(config.discovery ?? []).map((d) => d.template)];
+  return [...new Set(templates.flatMap((t) => targetSecrets(t, env)))];
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -411,7 +424,7 @@ class Validator {
   }
 
   private schedule(value: unknown, p: string, base: ScheduleConfig | undefined): ScheduleConfig | undefined {
-    const o = this.object(value, p, ['interval', 'timeout', 'jitter']);
+    const o = this.object(value, p, ['interval', 'timeout', 'jitter', 'scenarios']);
     if (o === undefined) return undefined;
     const field = (k: 'interval' | 'timeout' | 'jitter', min: number, dflt: string): number | undefined => {
       if (o[k] === undefined) {
@@ -434,7 +447,22 @@ class Validator {
     if (jitterMs >= intervalMs) {
       this.fail(join(p, 'jitter'), `expected a jitter below the interval (${shown('interval', intervalMs)}), got ${shown('jitter', jitterMs)}`);
     }
-    return this.issues.length === before ? { intervalMs, timeoutMs, jitterMs } : undefined;
+    const out: ScheduleConfig = { intervalMs, timeoutMs, jitterMs };
+    const perScenario = { ...base?.scenarioIntervalsMs };
+    if (o.scenarios !== undefined) {
+      const sp = join(p, 'scenarios');
+      if (o.scenarios === null || typeof o.scenarios !== 'object' || Array.isArray(o.scenarios)) {
+        this.fail(sp, `expected a mapping of scenario name to interval such as {overlimit-handoff: 1h}, got ${describe(o.scenarios)}`);
+      } else {
+        for (const [name, d] of Object.entries(o.scenarios as Obj)) {
+          if (!this.known.has(name)) { this.fail(join(sp, name), `unknown scenario${didYouMean(name, [...this.known])}; known: ${[...this.known].join(', ')}`); continue; }
+          const ms = this.duration(d, join(sp, name), intervalMs);
+          if (ms !== undefined) perScenario[name] = ms;
+        }
+      }
+    }
+    if (Object.keys(perScenario).length > 0) out.scenarioIntervalsMs = perScenario;
+    return this.issues.length === before ? out : undefined;
   }
 
   private budget(value: unknown, p: string): BudgetConfig | undefined {
@@ -545,14 +573,22 @@ class Validator {
     return value;
   }
 
-  private target(value: unknown, p: string, defaults: TargetDefaults): TargetConfig | undefined {
-    const o = this.object(value, p, ['name', 'base_url', 'model', 'api_key_env', 'headers', 'tenants', 'schedule', 'budget', 'scenarios', 'probe', 'deadline']);
+  private target(value: unknown, p: string, defaults: TargetDefaults): (TargetConfig & { discover?: DiscoverSpec }) | undefined {
+    const o = this.object(value, p, ['name', 'base_url', 'discover', 'model', 'api_key_env', 'headers', 'tenants', 'schedule', 'budget', 'scenarios', 'probe', 'deadline']);
     if (o === undefined) return undefined;
     let name: string | undefined;
     if (o.name === undefined) this.fail(join(p, 'name'), 'required');
     else if (typeof o.name !== 'string' || !NAME_RE.test(o.name)) this.fail(join(p, 'name'), `expected a name matching [a-zA-Z0-9_.-]{1,64}, got ${describe(o.name)}`);
     else name = o.name;
-    const baseUrl = o.base_url === undefined ? this.fail(join(p, 'base_url'), 'required') : this.baseUrl(o.base_url, join(p, 'base_url'));
+    let discover: DiscoverSpec | undefined;
+    if (o.discover !== undefined) {
+      const d = parseDiscover(o.discover, join(p, 'discover'), this.opts.baseDir ?? process.cwd(), parseDuration);
+      this.issues.push(...d.issues);
+      discover = d.spec;
+      if (o.base_url !== undefined) this.fail(join(p, 'base_url'), 'give base_url or discover, not both');
+    }
+    const baseUrl = o.discover !== undefined ? (discover === undefined ? undefined : '')
+      : o.base_url === undefined ? this.fail(join(p, 'base_url'), 'required') : this.baseUrl(o.base_url, join(p, 'base_url'));
     const model = o.model === undefined ? undefined : this.string(o.model, join(p, 'model'), 'a model id');
     const apiKeyEnv = o.api_key_env === undefined ? undefined : this.envName(o.api_key_env, join(p, 'api_key_env'));
     const headers = o.headers === undefined ? {} : this.headers(o.headers, join(p, 'headers'));
@@ -563,7 +599,8 @@ class Validator {
     const tuning = o.probe === undefined ? defaults.tuning : this.tuning(o.probe, join(p, 'probe'), defaults.tuning);
     if (name === undefined || baseUrl === undefined || headers === undefined || tenants === undefined
       || schedule === undefined || budget === undefined || scenarios === undefined || (o.probe !== undefined && tuning === undefined)) return undefined;
-    const t: TargetConfig = { name, baseUrl, headers, tenants, schedule, budget, scenarios };
+    const t: TargetConfig & { discover?: DiscoverSpec } = { name, baseUrl, headers, tenants, schedule, budget, scenarios };
+    if (discover !== undefined) t.discover = discover;
     if (tuning !== undefined && Object.keys(tuning).length > 0) t.tuning = tuning;
     if (model !== undefined) t.model = model;
     if (apiKeyEnv !== undefined) t.apiKeyEnv = apiKeyEnv;
@@ -619,6 +656,7 @@ class Validator {
     const tuning = o.probe === undefined ? undefined : this.tuning(o.probe, 'probe', undefined);
 
     let targets: TargetConfig[] | undefined;
+    let discovery: DiscoveryEntry[] | undefined;
     if (o.targets === undefined) this.fail('targets', 'required: a list of at least one target ({name, base_url, ...})');
     else if (!Array.isArray(o.targets) || o.targets.length === 0) this.fail('targets', `expected a non-empty list of targets, got ${describe(o.targets)}`);
     else if (o.targets.length > MAX_TARGETS) this.fail('targets', `expected at most ${MAX_TARGETS} targets, got ${o.targets.length}`);
@@ -638,14 +676,23 @@ class Validator {
         if (first === undefined) firstByName.set(n, i);
         else this.fail(`targets[${i}].name`, `duplicate target name ${JSON.stringify(n)} (first used by targets[${first}])`);
       });
-      if (list.every((t): t is TargetConfig => t !== undefined)) targets = list;
+      if (list.every((t): t is TargetConfig & { discover?: DiscoverSpec } => t !== undefined)) {
+        targets = [];
+        discovery = [];
+        for (const { discover, ...t } of list) {
+          if (discover === undefined) targets.push(t);
+          else discovery.push({ spec: discover, template: t });
+        }
+      }
     }
 
     if (listen === undefined || store === undefined || log === undefined || schedule === undefined || budget === undefined
       || concurrency === undefined || scenarios === undefined || targets === undefined || (o.probe !== undefined && tuning === undefined)) return undefined;
     const extra = this.serviceExtras(o);
     if (extra === undefined) return undefined;
-    return { listen, store, log, schedule, budget, concurrency, scenarios, targets, ...extra };
+    const config: ServiceConfig = { listen, store, log, schedule, budget, concurrency, scenarios, targets, ...extra };
+    if (discovery !== undefined && discovery.length > 0) config.discovery = discovery;
+    return config;
   }
 
   /** `allowed_hosts:` and `shutdown_grace:`. */

@@ -33,6 +33,7 @@ import type { ProbeFn } from '../probe/probe-fn.js';
 import { combineOutcomes, type Outcome, type ProbeRun, type ScenarioResult } from '../probe/result.js';
 import type { HealthReport, LoopState } from './server.js';
 import type { Store } from './store.js';
+import { dueScenarios } from './scenario-schedule.js';
 
 export interface Clock {
   now(): number;
@@ -92,6 +93,8 @@ interface Loop {
   lastRunAt: string | undefined;
   lastOutcome: Outcome | undefined;
   removed: boolean;
+  /** When each scenario last started (cost tiers: scenario-schedule.ts). */
+  scenarioStarted: Map<string, number>;
 }
 
 type CallResult =
@@ -143,7 +146,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const loop: Loop = {
       target: t, queue: new PQueue({ concurrency: config.concurrency.perTarget }), timer: undefined, nextAt: undefined,
       anchor: undefined, cycle: undefined, cancelQueued: undefined, abandoned: 0, lastRunAt: undefined, lastOutcome: undefined,
-      removed: false,
+      removed: false, scenarioStarted: new Map(),
     };
     loops.set(t.name, loop);
     budgetOf(t);
@@ -181,14 +184,17 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       skip(loop, 'overlap', { abandonedProbes: loop.abandoned });
       return;
     }
+    const due = dueScenarios(loop.target, loop.scenarioStarted, now);
+    if (due.length === 0) return;
     const budget = budgetOf(loop.target);
-    const fit = budget.fits(loop.target.scenarios, now);
+    const fit = budget.fits(due, now);
     showBudget(name);
     if (!fit.ok) {
       skip(loop, 'budget', { neededTokens: fit.needed, availableTokens: fit.available, tokensPerHour: budget.tokensPerHour });
       return;
     }
-    const cycle = runCycle(loop, now).catch((err: unknown) => {
+    for (const s of due) loop.scenarioStarted.set(s, now);
+    const cycle = runCycle(loop, now, due).catch((err: unknown) => {
       // Only a bug in this file gets here: target faults are outcomes and the store/hook errors are caught.
       logger.error({ err, target: name }, 'probe cycle crashed');
     }).finally(() => {
@@ -199,12 +205,12 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     loop.cycle = cycle;
   }
 
-  async function runCycle(loop: Loop, dueAt: number): Promise<void> {
+  async function runCycle(loop: Loop, dueAt: number, due: readonly string[]): Promise<void> {
     const target = loop.target;
     const budget = budgetOf(target);
     const runId = newRunId();
     const abort = new AbortController();
-    const unstarted = new Set(target.scenarios);
+    const unstarted = new Set(due);
     const cancellers = new Set<(reason: 'timeout' | 'shutdown') => void>();
     let recorded: (ok: boolean) => void = () => undefined;
     const recordedP = new Promise<boolean>((resolve) => { recorded = resolve; });
@@ -307,7 +313,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
 
     let calls: CallResult[];
     try {
-      calls = await Promise.all(target.scenarios.map(queued));
+      calls = await Promise.all(due.map(queued));
     } finally {
       clock.clearTimeout(timeoutTimer);
     }
@@ -393,7 +399,11 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     try {
       for (const s of store.tokenSpend?.(now - WINDOW_MS) ?? []) budgets.get(s.target)?.charge(costOf(s.tokens), s.at);
       for (const t of store.latestPerTarget?.() ?? []) {
-        for (const s of t.scenarios) budgets.get(t.target)?.noteCost(s.scenario, costOf(s.tokens));
+        for (const s of t.scenarios) {
+          budgets.get(t.target)?.noteCost(s.scenario, costOf(s.tokens));
+          const at = Date.parse(s.at);
+          if (Number.isFinite(at)) loops.get(t.target)?.scenarioStarted.set(s.scenario, at);
+        }
       }
     } catch (err) {
       logger.error({ err }, 'could not read past token spend from the store; budgets start empty');

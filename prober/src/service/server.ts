@@ -45,6 +45,10 @@ export interface ServiceServerOptions {
   logger?: Logger;
   /** @default () => Date.now() */
   now?: () => number;
+  /** GET /api/targets: what this replica probes (fleet.ts). */
+  apiTargets?: () => unknown[];
+  /** Extra, already escaped HTML for the status page (the fleet section). */
+  extraHtml?: () => string;
 }
 
 export interface ServiceServer {
@@ -94,6 +98,10 @@ export async function startServiceServer(opts: ServiceServerOptions): Promise<Se
           sendJson(res, 200, { runs }, req.method === 'HEAD');
           return;
         }
+        case '/api/targets': {
+          sendJson(res, 200, opts.apiTargets?.() ?? [], req.method === 'HEAD');
+          return;
+        }
         case '/api/findings': {
           const findings = opts.store.findings({ limit: limitParam(url, 100), ...sinceParam(url, now()), ...targetParam(url) });
           sendJson(res, 200, { findings }, req.method === 'HEAD');
@@ -106,13 +114,14 @@ export async function startServiceServer(opts: ServiceServerOptions): Promise<Se
             configured: opts.targets?.() ?? [],
             health: opts.health?.(),
             now: now(),
+            ...(opts.extraHtml === undefined ? {} : { extraHtml: opts.extraHtml() }),
           });
           res.setHeader('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'");
           send(res, 200, 'text/html; charset=utf-8', page, req.method === 'HEAD');
           return;
         }
         default:
-          send(res, 404, 'text/plain; charset=utf-8', 'not found: try /, /metrics, /healthz, /api/runs, /api/findings\n');
+          send(res, 404, 'text/plain; charset=utf-8', 'not found: try /, /metrics, /healthz, /api/runs, /api/findings, /api/targets\n');
       }
     } catch (err) {
       if (err instanceof BadRequest) { sendJson(res, 400, { error: err.message }); return; }
@@ -215,6 +224,7 @@ interface PageInput {
   configured: readonly { name: string; baseUrl: string; scenarios: readonly string[] }[];
   health: HealthReport | undefined;
   now: number;
+  extraHtml?: string;
 }
 
 function targetSection(name: string, baseUrl: string, scenarios: readonly string[], latest: TargetLatest | undefined, health: HealthReport | undefined, now: number): string {
@@ -283,7 +293,7 @@ pre{margin:0;max-width:60em;white-space:pre-wrap;word-break:break-all;font-size:
 <h1>kvcanary status</h1>
 ${status}<p>Legend: ${badge('pass')} isolation established · ${badge('fail')} finding · ${badge('inconclusive')} could not be established (not a pass) · ${badge('not-applicable')} the endpoint lacks the mechanism (not a pass of that scenario) · ${badge('none')}
 · <a href="/metrics">/metrics</a> · <a href="/api/runs">/api/runs</a> · <a href="/api/findings">/api/findings</a> · <a href="/healthz">/healthz</a></p>
-${sections.length > 0 ? sections.join('\n') : '<p>No targets configured.</p>'}
+${input.extraHtml ?? ''}${sections.length > 0 ? sections.join('\n') : '<p>No targets configured.</p>'}
 <section><h2>Latest findings</h2>
 ${findingRows.length > 0
     ? `<table><thead><tr><th>when</th><th>target</th><th>scenario</th><th>kind</th><th>severity</th><th>chance</th><th>evidence (bounded)</th></tr></thead><tbody>

@@ -15,6 +15,10 @@ import type { ProbeFn } from '../probe/probe-fn.js';
 import type { ProbeRun } from '../probe/result.js';
 import { createScheduler, systemClock, type Clock, type Scheduler } from './scheduler.js';
 import { startServiceServer } from './server.js';
+import { createFleet, type Fleet } from './fleet.js';
+import { renderFleetSection } from './fleet-status.js';
+import type { DnsResolver } from './discovery/sources.js';
+import type { Shard } from './shard.js';
 import { openStore, type Store } from './store.js';
 
 /** What a probe built by the service may use: the store, to record planting requests before their markers
@@ -50,6 +54,10 @@ export interface ServiceCommonOptions {
   abortGraceMs?: number;
   /** Jitter source. @default Math.random */
   random?: () => number;
+  /** This replica's shard (fleet mode). @default 0/1: every target */
+  shard?: Shard;
+  /** DNS for `discover: {dns, dns_srv}`. @default the system's resolvers */
+  dns?: DnsResolver;
 }
 
 export interface Service {
@@ -63,6 +71,7 @@ export interface Service {
   readonly metrics: Metrics;
   readonly scheduler: Scheduler;
   readonly logger: Logger;
+  readonly fleet: Fleet;
 }
 
 const PRUNE_EVERY_MS = 3_600_000;
@@ -79,31 +88,64 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
   const registry = opts.registry ?? new Registry();
   const metrics = createMetrics(registry);
 
-  let scheduler: Scheduler;
+  let scheduler: Scheduler | undefined;
   let server: Awaited<ReturnType<typeof startServiceServer>>;
+  /** What the scheduler probes: the config with its targets replaced by this shard's static + discovered ones. */
+  let effective = config;
+  let applyQueued = false;
+  const fleet = createFleet({
+    config, registry, logger, clock,
+    ...(opts.shard === undefined ? {} : { shard: opts.shard }),
+    ...(opts.dns === undefined ? {} : { dns: opts.dns }),
+    onChange: () => {
+      if (applyQueued) return;
+      applyQueued = true;
+      queueMicrotask(() => { applyQueued = false; applyTargets(); });
+    },
+  });
+  const applyTargets = (): void => {
+    const before = new Set(effective.targets.map((t) => t.name));
+    effective = { ...config, targets: fleet.targets(config) };
+    fleet.observe(effective.targets);
+    if (scheduler === undefined) return;
+    scheduler.reload(effective);
+    const added = new Set(effective.targets.map((t) => t.name).filter((n) => !before.has(n)));
+    if (added.size > 0) restoreGauges(store, metrics, effective, added);
+  };
   try {
+    await fleet.start();
+    effective = { ...config, targets: fleet.targets(config) };
+    fleet.observe(effective.targets);
     const probe = opts.probe ?? opts.createProbe({ store, logger, config: () => config });
+    const onRun = async (run: ProbeRun): Promise<void> => {
+      fleet.noteCycle(Date.parse(run.finishedAt));
+      await opts.onRun?.(run);
+    };
     scheduler = createScheduler({
-      config, probe, store, metrics, logger, clock,
-      ...(opts.onRun === undefined ? {} : { onRun: opts.onRun }),
+      config: effective, probe, store, metrics, logger, clock, onRun,
       ...(opts.abortGraceMs === undefined ? {} : { abortGraceMs: opts.abortGraceMs }),
       ...(opts.random === undefined ? {} : { random: opts.random }),
     });
-    restoreGauges(store, metrics, config);
+    restoreGauges(store, metrics, effective);
+    const sched = scheduler;
     server = await startServiceServer({
       host: config.listen.host,
       port: config.listen.port,
       registry,
       store,
-      health: () => scheduler.health(),
-      targets: () => config.targets,
+      health: () => sched.health(),
+      targets: () => effective.targets,
+      apiTargets: () => fleet.apiTargets(effective.targets, sched.states()),
+      extraHtml: () => renderFleetSection(fleet.status(effective.targets)),
       logger,
       now: () => clock.now(),
     });
   } catch (err) {
+    fleet.stop();
     store.close();
     throw err;
   }
+  const sched = scheduler;
 
   let pruneTimer: unknown;
   const prune = (): void => {
@@ -116,8 +158,8 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
     pruneTimer = clock.setTimeout(prune, PRUNE_EVERY_MS);
   };
   prune();
-  scheduler.start();
-  logger.info({ url: server.url, store: store.path, targets: config.targets.map((t) => t.name) }, 'kvcanary service started');
+  sched.start();
+  logger.info({ url: server.url, store: store.path, shard: `${fleet.shard.index}/${fleet.shard.count}`, targets: effective.targets.map((t) => t.name) }, 'kvcanary service started');
 
   let stopping: Promise<void> | undefined;
   return {
@@ -125,13 +167,15 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
     store,
     registry,
     metrics,
-    scheduler,
+    scheduler: sched,
     logger,
+    fleet,
     stop() {
       stopping ??= (async () => {
         clock.clearTimeout(pruneTimer);
+        fleet.stop();
         try {
-          await scheduler.stop();
+          await sched.stop();
         } finally {
           await server.close();
           store.close();
@@ -150,11 +194,10 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
       }
       secrets = configSecrets(next, env);
       if (ownLogger) logger.level = next.log.level;
-      const added = new Set(next.targets.map((t) => t.name).filter((n) => !config.targets.some((t) => t.name === n)));
       config = next;
-      scheduler.reload(next);
-      if (added.size > 0) restoreGauges(store, metrics, next, added);
-      logger.info({ targets: next.targets.map((t) => t.name) }, 'config reloaded');
+      applyTargets();
+      fleet.reconfigure(next).catch((err: unknown) => logger.error({ err }, 'discovery reconfigure failed'));
+      logger.info({ targets: effective.targets.map((t) => t.name) }, 'config reloaded');
     },
   };
 }

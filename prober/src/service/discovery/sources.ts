@@ -1,0 +1,129 @@
+/**
+ * Where discovered addresses come from: a Prometheus file_sd file (JSON or YAML) or DNS (A/AAAA on a fixed
+ * port, or SRV). Each resolve() returns the whole current list or throws; keeping the last good list when it
+ * throws is the caller's job (manager.ts).
+ */
+import { readFile } from 'node:fs/promises';
+import { Resolver } from 'node:dns/promises';
+import { parse as parseYaml } from 'yaml';
+import { joinHostPort, splitHostPort, type DiscoverSource } from './spec.js';
+
+export interface Address {
+  /** `host:port`, IPv6 bracketed. */
+  hostPort: string;
+  /** Labels from the source (file_sd `labels`); Prometheus-style names only, `__`-prefixed ones dropped. */
+  labels: Record<string, string>;
+}
+
+/** The DNS calls discovery makes (node:dns/promises Resolver has them; tests may pass their own server's). */
+export interface DnsResolver {
+  resolve4(host: string): Promise<string[]>;
+  resolve6(host: string): Promise<string[]>;
+  resolveSrv(name: string): Promise<{ name: string; port: number }[]>;
+}
+
+export class DiscoveryError extends Error {
+  override readonly name = 'DiscoveryError';
+}
+
+/** At most this many addresses per source: a runaway file or zone must not start thousands of loops. */
+export const MAX_ADDRESSES = 5000;
+const MAX_FILE_BYTES = 4 * 1024 * 1024;
+const LABEL_RE = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
+
+export function createResolver(servers?: string[]): DnsResolver {
+  const r = new Resolver({ timeout: 5000, tries: 2 });
+  if (servers !== undefined) r.setServers(servers);
+  return r;
+}
+
+export async function resolveSource(source: DiscoverSource, dns: DnsResolver): Promise<Address[]> {
+  switch (source.kind) {
+    case 'file_sd': return readFileSd(source.file);
+    case 'dns': return resolveHost(dns, source.host, source.port);
+    case 'dns_srv': return resolveSrv(dns, source.name);
+  }
+}
+
+/** Parses a Prometheus file_sd document: `[{targets: ["host:port", ...], labels: {name: value}}]`. */
+export function parseFileSd(text: string, file = 'file_sd'): Address[] {
+  let doc: unknown;
+  try {
+    doc = parseYaml(text, { maxAliasCount: 100 });
+  } catch (err) {
+    throw new DiscoveryError(`${file}: not valid JSON or YAML: ${(err as Error).message.split('\n')[0]}`);
+  }
+  if (doc === null || doc === undefined) return [];
+  if (!Array.isArray(doc)) throw new DiscoveryError(`${file}: expected a list of {targets: [...], labels: {...}} groups, got ${typeof doc}`);
+  const seen = new Map<string, Address>();
+  doc.forEach((group: unknown, i) => {
+    const at = `${file}[${i}]`;
+    if (group === null || typeof group !== 'object' || Array.isArray(group)) throw new DiscoveryError(`${at}: expected a mapping with targets and labels`);
+    const g = group as Record<string, unknown>;
+    for (const k of Object.keys(g)) if (k !== 'targets' && k !== 'labels') throw new DiscoveryError(`${at}.${k}: unknown key; allowed: targets, labels`);
+    if (!Array.isArray(g.targets)) throw new DiscoveryError(`${at}.targets: expected a list of "host:port"`);
+    const labels: Record<string, string> = {};
+    if (g.labels !== undefined && g.labels !== null) {
+      if (typeof g.labels !== 'object' || Array.isArray(g.labels)) throw new DiscoveryError(`${at}.labels: expected a mapping of label name to string`);
+      for (const [k, v] of Object.entries(g.labels as Record<string, unknown>)) {
+        if (!LABEL_RE.test(k)) throw new DiscoveryError(`${at}.labels.${k}: not a Prometheus label name`);
+        if (typeof v !== 'string') throw new DiscoveryError(`${at}.labels.${k}: expected a string value`);
+        if (!k.startsWith('__')) labels[k] = v.slice(0, 200);
+      }
+    }
+    g.targets.forEach((t: unknown, j) => {
+      const hp = typeof t === 'string' ? splitHostPort(t) : undefined;
+      if (hp === undefined) throw new DiscoveryError(`${at}.targets[${j}]: expected "host:port", got ${JSON.stringify(String(t).slice(0, 80))}`);
+      const hostPort = joinHostPort(hp.host, hp.port);
+      if (!seen.has(hostPort)) seen.set(hostPort, { hostPort, labels });
+    });
+  });
+  if (seen.size > MAX_ADDRESSES) throw new DiscoveryError(`${file}: ${seen.size} addresses, more than the ${MAX_ADDRESSES} one source may list`);
+  return [...seen.values()];
+}
+
+async function readFileSd(file: string): Promise<Address[]> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new DiscoveryError(`${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'file not found' : (err as Error).message}`);
+  }
+  if (Buffer.byteLength(text) > MAX_FILE_BYTES) throw new DiscoveryError(`${file}: larger than ${MAX_FILE_BYTES} bytes`);
+  return parseFileSd(text, file);
+}
+
+const NO_RECORDS = new Set(['ENODATA', 'ENOTFOUND']);
+
+async function resolveHost(dns: DnsResolver, host: string, port: number): Promise<Address[]> {
+  const settle = async (f: () => Promise<string[]>): Promise<string[] | Error> => {
+    try { return await f(); } catch (err) { return err as Error; }
+  };
+  const [v4, v6] = await Promise.all([settle(() => dns.resolve4(host)), settle(() => dns.resolve6(host))]);
+  const lists = [v4, v6];
+  // "No such records" of one family is normal; a failure of both, or any other error, is a failed lookup.
+  const hard = lists.filter((l): l is Error => l instanceof Error && !NO_RECORDS.has((l as NodeJS.ErrnoException).code ?? ''));
+  if (hard.length > 0 || lists.every((l) => l instanceof Error)) {
+    const e = (hard[0] ?? v4) as NodeJS.ErrnoException;
+    throw new DiscoveryError(`dns ${host}: ${e.code ?? e.message}`);
+  }
+  const addrs = lists.flatMap((l) => (l instanceof Error ? [] : l)).sort();
+  return [...new Set(addrs)].slice(0, MAX_ADDRESSES).map((a) => ({ hostPort: joinHostPort(a, port), labels: {} }));
+}
+
+async function resolveSrv(dns: DnsResolver, name: string): Promise<Address[]> {
+  let records: { name: string; port: number }[];
+  try {
+    records = await dns.resolveSrv(name);
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    throw new DiscoveryError(`dns_srv ${name}: ${e.code ?? e.message}`);
+  }
+  const out = new Map<string, Address>();
+  for (const r of records) {
+    const host = r.name.replace(/\.$/, '');
+    const hostPort = joinHostPort(host, r.port);
+    out.set(hostPort, { hostPort, labels: {} });
+  }
+  return [...out.values()].sort((a, b) => a.hostPort.localeCompare(b.hostPort)).slice(0, MAX_ADDRESSES);
+}
