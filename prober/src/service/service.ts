@@ -98,6 +98,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
       targets: () => config.targets,
       logger,
       now: () => clock.now(),
+      ...(config.allowedHosts !== undefined ? { allowedHosts: config.allowedHosts } : {}),
     });
   } catch (err) {
     store.close();
