@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import { configSecrets, type ServiceConfig } from './config.js';
 import { createLogger } from './logger.js';
 import { createMetrics, seedScenarioState, type Metrics } from './metrics.js';
+import { registerBuildInfo } from './build-info.js';
 import type { ProbeFn } from '../probe/probe-fn.js';
 import type { ProbeRun } from '../probe/result.js';
 import { createScheduler, systemClock, type Clock, type Scheduler } from './scheduler.js';
@@ -77,6 +78,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
   const store = openStore({ path: config.store.path, retentionMs: config.store.retentionMs, secrets: secretsOf });
   const registry = opts.registry ?? new Registry();
   const metrics = createMetrics(registry);
+  registerBuildInfo(registry);
 
   let scheduler: Scheduler;
   let server: Awaited<ReturnType<typeof startServiceServer>>;
