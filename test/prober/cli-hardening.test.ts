@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { listen, type FakeServer } from '../helpers/fake-endpoints.js';
+import { failingServer, listen, type FakeServer } from '../helpers/fake-endpoints.js';
 import { runCli } from '../helpers/cli.js';
 
 const KEY = 'sk-live-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c';
@@ -123,6 +123,15 @@ describe('a run ends by itself', () => {
     expect(r.stderr).toMatch(/INCONCLUSIVE \(unreachable\)/);
     // Far fewer requests than the scenarios would otherwise send (each waiting out its timeout).
     expect(s.requests).toBeLessThan(15);
+  });
+
+  it('a 100 MB response is cut at the response limit and counted; a flood of them ends the run as unreachable', async () => {
+    const s = await failingServer('huge-body');
+    servers.push(s);
+    const r = await runCli(['run', '--target', s.url, '--json', '-q', '--timeout', '20s'], { timeoutMs: 60_000 });
+    expect(r.code).toBe(2);
+    const doc = JSON.parse(r.stdout) as { scenarios: Array<{ reason?: string; notes: string[] }> };
+    expect(doc.scenarios.some((x) => x.reason === 'unreachable' && x.notes.some((n) => /too-large/.test(n)))).toBe(true);
   });
 
   it('--deadline: a target that streams junk forever is cut, the run inconclusive "deadline"', async () => {
