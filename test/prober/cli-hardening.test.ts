@@ -75,6 +75,15 @@ describe('usage and config problems exit 64 naming the flag, never a stack', () 
     expectUsage(await runCli(['check-config', file('many.yaml', many)]), /targets: expected at most 1000 targets/);
   });
 
+  it('check-config: a key pasted into a config field is not echoed; a target deadline is bounded by the cycle timeout', async () => {
+    const r = await runCli(['check-config', file('pasted.yaml', `targets: [{ name: t, base_url: "${KEY}", model: 7 }]\n`)]);
+    expectUsage(r, /targets\[0\]\.base_url/);
+    expect(r.stderr).not.toContain(KEY.slice(0, 16));
+    const ok = await runCli(['check-config', file('deadline.yaml', 'schedule: { interval: 10m, timeout: 2m }\ntargets: [{ name: t, base_url: "http://127.0.0.1:1", deadline: 5m }]\n')]);
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toContain('deadline 2m');
+  });
+
   it('check-config needs no secret values: the variable is named, not set', async () => {
     const r = await runCli(['check-config', file('named.yaml', 'targets: [{ name: t, base_url: "http://127.0.0.1:1", api_key_env: KVC_SURELY_UNSET_VAR }]\n')]);
     expect(r.code).toBe(0);

@@ -21,7 +21,7 @@ export async function checkConfigMain(args: string[]): Promise<number> {
     // Checks that each api_key_env is named, not that it is set here: serve and run check that.
     const config = await loadConfig(args[0]!, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
     const lines = config.targets.map(
-      (t) => `  ${t.name}: ${t.baseUrl} every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}), scenarios ${t.scenarios.join(', ')}`,
+      (t) => `  ${t.name}: ${t.baseUrl} every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}${t.deadlineMs !== undefined ? `, deadline ${formatDuration(t.deadlineMs)}` : ''}), scenarios ${t.scenarios.join(', ')}`,
     );
     process.stdout.write(`${args[0]}: valid, ${config.targets.length} target(s)\n${lines.join('\n')}\n`);
     return EXIT.pass;

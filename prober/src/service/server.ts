@@ -284,7 +284,7 @@ pre{margin:0;max-width:60em;white-space:pre-wrap;word-break:break-all;font-size:
 .sev-warning td:first-child{border-left:4px solid #bf8700}
 </style></head><body>
 <h1>kvcanary status</h1>
-${status}<p>Legend: ${badge('pass')} isolation established · ${badge('fail')} finding · ${badge('inconclusive')} could not be established (not a pass) · ${badge('none')}
+${status}<p>Legend: ${badge('pass')} isolation established · ${badge('fail')} finding · ${badge('inconclusive')} could not be established (not a pass) · ${badge('not-applicable')} the endpoint lacks the mechanism · ${badge('none')}
 · <a href="/metrics">/metrics</a> · <a href="/api/runs">/api/runs</a> · <a href="/api/findings">/api/findings</a> · <a href="/healthz">/healthz</a></p>
 ${sections.length > 0 ? sections.join('\n') : '<p>No targets configured.</p>'}
 <section><h2>Latest findings</h2>
