@@ -24,3 +24,8 @@ export const MAX_SINCE_MS = 100 * 365 * 86_400_000;
 export const MAX_PORT = 65_535;
 /** Consecutive transport failures (refused, reset, timeout) after which a run treats the endpoint as dead. */
 export const DEAD_AFTER_FAILURES = 3;
+/**
+ * A probe's response (a completion of at most a few hundred tokens, /v1/models, an error) past this many bytes
+ * is cut and recorded `too-large`: never held whole. Introspection's /metrics and /tokenize set their own.
+ */
+export const MAX_PROBE_RESPONSE_BYTES = 512 * 1024;

@@ -7,7 +7,7 @@ describe('kvcanary run: usage', () => {
   it.each([
     [['run'], /--target URL is required/],
     [['run', '--target', 'not a url'], /--target/],
-    [['run', '--target', 'http://127.0.0.1:1', '--scenario', 'nope'], /unknown scenario 'nope'/],
+    [['run', '--target', 'http://127.0.0.1:1', '--scenario', 'nope'], /unknown scenario ['"]nope['"]/],
     [['run', '--target', 'http://127.0.0.1:1', '--bogus'], /bogus/],
     [['run', '--target', 'http://127.0.0.1:1', '--timeout', 'soon'], /--timeout/],
     [['run', '--target', 'http://127.0.0.1:1', '--api-key-env', 'KVCANARY_TEST_UNSET_VAR'], /KVCANARY_TEST_UNSET_VAR is not set/],

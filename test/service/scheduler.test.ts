@@ -172,7 +172,7 @@ targets: [{ name: prod, base_url: "http://h" }]`), fake.probe);
     expect(h.store.findings()).toEqual([expect.objectContaining({ kind: 'cross-request-leak', target: 'prod', runId: run.runId })]);
     expect(await h.sample('kvcanary_findings_total', { target: 'prod', scenario: 'abort-race', kind: 'cross-request-leak', severity: 'critical' })).toBe(1);
     const lines = h.logs();
-    expect(lines.find((l) => l.kind === 'cross-request-leak')).toMatchObject({ level: 40, target: 'prod', severity: 'critical' });
+    expect(lines.find((l) => l.kind === 'cross-request-leak')).toMatchObject({ level: 50, target: 'prod', severity: 'critical' });  // critical → error
     expect(JSON.stringify(lines)).not.toContain('PRIVATE-EXCERPT-TEXT');
     // Nothing more until the next interval: a failure is an outcome, not a reason to try again.
     await vi.advanceTimersByTimeAsync(55 * S);

@@ -50,11 +50,39 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   });
 }
 
+/** No OpenAI request nests deeper than this; deeper JSON would overflow the stack of whatever walks it. */
+export const MAX_JSON_DEPTH = 64;
+
+/** The deepest nesting of arrays and objects in a JSON text, counted without parsing (strings skipped). */
+export function jsonDepth(text: string): number {
+  let depth = 0;
+  let max = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 92) i++;               // backslash: skip the escaped character
+      else if (c === 34) inString = false;
+    } else if (c === 34) {
+      inString = true;
+    } else if (c === 91 || c === 123) { // [ {
+      if (++depth > max) max = depth;
+    } else if (c === 93 || c === 125) { // ] }
+      depth--;
+    }
+  }
+  return max;
+}
+
 export async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
   const body = await readBody(req, limit);
   if (body.length === 0) throw new ApiError(400, 'The request body is empty; a JSON object was expected.', { code: 'invalid_json' });
+  const text = body.toString('utf8');
+  if (jsonDepth(text) > MAX_JSON_DEPTH) {
+    throw new ApiError(400, `The JSON body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels.`, { code: 'invalid_json' });
+  }
   try {
-    return JSON.parse(body.toString('utf8')) as unknown;
+    return JSON.parse(text) as unknown;
   } catch (err) {
     throw new ApiError(400, `Could not parse the JSON body of the request: ${(err as Error).message}`, { code: 'invalid_json' });
   }

@@ -4,7 +4,10 @@ import { ConfigError, formatDuration, loadConfig } from '../service/config.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { describeSource } from '../service/discovery/spec.js';
 
-const USAGE = 'usage: kvcanary check-config FILE';
+const USAGE = `usage: kvcanary check-config FILE
+
+  Validates a serve config (every problem, each naming its field) without running anything. api_key_env
+  variables must be named, not set. Exit 0 valid, 64 not, 70 internal error.`;
 
 export async function checkConfigMain(args: string[]): Promise<number> {
   if (args.length === 1 && (args[0] === '--help' || args[0] === '-h')) {
@@ -12,13 +15,14 @@ export async function checkConfigMain(args: string[]): Promise<number> {
     return EXIT.pass;
   }
   if (args.length !== 1 || args[0]!.startsWith('-')) {
-    process.stderr.write(`kvcanary check-config: expected exactly one config file, got ${args.length === 0 ? 'none' : `'${args.join(' ')}'`}\n${USAGE}\n`);
+    process.stderr.write(`kvcanary check-config: expected exactly one config file, got ${args.length === 0 ? 'none' : `${args.length} argument(s)`}\n${USAGE}\n`);
     return EXIT.usage;
   }
   try {
-    const config = await loadConfig(args[0]!, { knownScenarios: SCENARIO_NAMES });
+    // Checks that each api_key_env is named, not that it is set here: serve and run check that.
+    const config = await loadConfig(args[0]!, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
     const lines = config.targets.map(
-      (t) => `  ${t.name}: ${t.baseUrl} every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}), scenarios ${t.scenarios.join(', ')}`,
+      (t) => `  ${t.name}: ${t.baseUrl} every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}${t.deadlineMs !== undefined ? `, deadline ${formatDuration(t.deadlineMs)}` : ''}), scenarios ${t.scenarios.join(', ')}`,
     );
     for (const d of config.discovery ?? []) {
       const t = d.template;

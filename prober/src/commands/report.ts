@@ -1,22 +1,32 @@
 /**
- * `kvcanary report [--store FILE | --config FILE] [--since DURATION] [--target NAME] [--json]`: run outcomes
- * and findings from the evidence store. Evidence printed is what the store holds: bounded and redacted.
+ * `kvcanary report [--store FILE | --config FILE] [--since WHEN] [--target NAME] [--json]`: run outcomes
+ * and findings from the evidence store, opened read-only. Evidence printed is what the store holds: bounded
+ * and redacted. Usage, config and store problems are thrown to the CLI's error boundary (exit 64).
  */
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
-import { ConfigError, DEFAULTS, loadConfig, parseDuration } from '../service/config.js';
+import { DEFAULTS, loadConfig } from '../service/config.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { openStore } from '../service/store.js';
-import { UsageError } from './usage.js';
+import { parseArgsMessage, UsageError } from './usage.js';
+import { reportText } from './report-text.js';
+import { parseSince, SinceError } from '../since.js';
+import { shownString } from '../shown-value.js';
 
-const USAGE = `usage: kvcanary report [--store FILE | --config FILE] [--since DURATION] [--target NAME] [--json]
+const USAGE = `usage: kvcanary report [--store FILE | --config FILE] [--since WHEN] [--target NAME] [--json]
 
-  --store FILE      evidence database (default ${DEFAULTS.storePath})
-  --config FILE     take the store path from a serve config
-  --since DURATION  only runs and findings newer than this (default 24h), e.g. 30m, 7d
-  --target NAME     only this target
-  --json            one JSON document on stdout`;
+  --store FILE      evidence database (default ${DEFAULTS.storePath}); opened read-only: report never
+                    creates, migrates, chmods or changes the journal of it; a file that is not a kvcanary
+                    store is refused (exit 64)
+  --config FILE     take the store path from a serve config (api_key_env variables need not be set)
+  --since WHEN      only runs and findings newer than this (default 24h): a duration (30m, 7d) or a
+                    date/time (2026-12-01, 2026-12-01T09:30Z)
+  --target NAME     only this target (a name the store or the config knows; anything else is an error)
+  --json            one JSON document on stdout
+
+exit codes: 0 no failed run in the window, 1 at least one failed run, 64 bad usage or not a kvcanary store,
+70 internal error`;
 
 export async function reportMain(args: string[]): Promise<number> {
   let v;
@@ -36,53 +46,47 @@ export async function reportMain(args: string[]): Promise<number> {
     }).values;
     if (v.store !== undefined && v.config !== undefined) throw new UsageError('give --store or --config, not both');
   } catch (err) {
-    process.stderr.write(`kvcanary report: ${(err as Error).message}\n\n${USAGE}\n`);
+    process.stderr.write(`kvcanary report: ${err instanceof UsageError ? err.message : parseArgsMessage(err)}\n\n${USAGE}\n`);
     return EXIT.usage;
   }
   if (v.help) {
     process.stderr.write(USAGE + '\n');
     return EXIT.pass;
   }
-  const sinceMs = parseDuration(v.since);
-  if (sinceMs === undefined) {
-    process.stderr.write(`kvcanary report: --since: expected a duration like 30m or 7d, got '${v.since}'\n`);
-    return EXIT.usage;
+  let since: number;
+  try {
+    since = parseSince(v.since, Date.now());
+  } catch (err) {
+    if (!(err instanceof SinceError)) throw err;
+    throw new UsageError(`--since: ${err.message}`);
   }
   let path = v.store ?? DEFAULTS.storePath;
+  let configured: string[] = [];
   if (v.config !== undefined) {
-    try {
-      path = (await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES })).store.path;
-    } catch (err) {
-      if (!(err instanceof ConfigError)) throw err;
-      process.stderr.write(err.message + '\n');
-      return EXIT.usage;
-    }
+    // report reads no target: the keys' variables need only be named, not set.
+    const config = await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
+    path = config.store.path;
+    configured = config.targets.map((t) => t.name);
   }
-  if (!existsSync(path)) {
-    process.stderr.write(`kvcanary report: no evidence store at ${path} (run \`kvcanary serve\` first, or pass --store)\n`);
-    return EXIT.usage;
-  }
-  const store = openStore({ path, retentionMs: Number.MAX_SAFE_INTEGER });
+  if (!existsSync(path)) throw new UsageError(`no evidence store at ${path} (run \`kvcanary serve\` first, or pass --store)`);
+  if (statSync(path).isDirectory()) throw new UsageError(`--store: ${path} is a directory, not an evidence store file`);
+  const store = openStore({ path, retentionMs: Number.MAX_SAFE_INTEGER, readonly: true });
   try {
-    const since = Date.now() - sinceMs;
+    if (v.target !== undefined) {
+      const known = new Set([...configured, ...store.latestPerTarget().map((t) => t.target)]);
+      if (!known.has(v.target)) {
+        throw new UsageError(`--target: no target named ${shownString(v.target)} in ${path}${known.size > 0 ? ` (known: ${[...known].sort().join(', ')})` : ' (it holds no runs yet)'}`);
+      }
+    }
     const filter = { since, ...(v.target !== undefined ? { target: v.target } : {}) };
     const runs = store.recentRuns({ ...filter, limit: 1000 });
     const findings = store.findings({ ...filter, limit: 1000 });
     if (v.json) {
       process.stdout.write(JSON.stringify({ store: path, since: new Date(since).toISOString(), runs, findings }, null, 2) + '\n');
     } else {
-      const out: string[] = [`runs since ${new Date(since).toISOString()} (${runs.length}):`];
-      for (const r of runs) {
-        out.push(`  ${r.finishedAt}  ${r.target.padEnd(16)} ${r.outcome.toUpperCase().padEnd(12)} ${r.scenarios.map((s) => `${s.name}=${s.outcome}`).join(' ')}`);
-      }
-      out.push(`findings (${findings.length}):`);
-      for (const f of findings) {
-        out.push(`  ${f.at}  ${f.target.padEnd(16)} ${f.kind} [${f.severity}] ${f.scenario}${f.evidence.match !== undefined ? `: ${f.evidence.match}` : ''}${f.chance > 0 ? ` (chance ≤ ${f.chance.toExponential(1)})` : ''}`);
-      }
-      process.stdout.write(out.join('\n') + '\n');
+      process.stdout.write(reportText(since, runs, findings) + '\n');
     }
-    const worst = runs.some((r) => r.outcome === 'fail') ? EXIT.fail : 0;
-    return worst;
+    return runs.some((r) => r.outcome === 'fail') ? EXIT.fail : EXIT.pass;
   } finally {
     store.close();
   }

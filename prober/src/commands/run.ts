@@ -108,7 +108,13 @@ export async function runMain(args: string[]): Promise<number> {
     store.recordRun(run);
     process.stderr.write(forTerminal(opts.quiet ? quietLine(run) : summaryTable(run)) + '\n');
     if (opts.json) process.stdout.write(JSON.stringify(toJson(run), null, 2) + '\n');
-    if (opts.junit !== undefined) writeFileSync(opts.junit, toJunit(run, opts.failOn));
+    if (opts.junit !== undefined) {
+      try {
+        writeFileSync(opts.junit, toJunit(run, opts.failOn));
+      } catch (err) {
+        throw new UsageError(`--junit: cannot write ${opts.junit} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+      }
+    }
     return exitCodeFor(run, opts.failOn);
   } finally {
     clearTimeout(deadline);

@@ -14,7 +14,7 @@ import type { Scanner } from './scanner.js';
 import type { ProbeTuning, ScenarioContext, Tenant, TokenBudget } from './scenarios/context.js';
 import { SCENARIOS } from './scenarios/index.js';
 import { introspect } from './target/introspect.js';
-import { DEAD_AFTER_FAILURES } from '../bounds.js';
+import { DEAD_AFTER_FAILURES, MAX_PROBE_RESPONSE_BYTES } from '../bounds.js';
 import { createRedactor, targetSecrets } from './redactor.js';
 import { cutOf, cutSkipped, markCut, RunCut } from './run-cut.js';
 import { createLiveness, WatchedTargetClient, type Liveness } from './target/watched-client.js';
@@ -141,7 +141,9 @@ function buildTenants(target: TargetConfig, env: Record<string, string | undefin
     if (!keyIds.has(apiKey)) keyIds.set(apiKey, apiKey === undefined ? '(none)' : name);
     return {
       name,
-      client: new WatchedTargetClient({ baseUrl: target.baseUrl, headers: target.headers, timeoutMs, ...(apiKey !== undefined ? { apiKey } : {}) }, signal, liveness),
+      client: new WatchedTargetClient({
+        baseUrl: target.baseUrl, headers: target.headers, timeoutMs, maxResponseBytes: MAX_PROBE_RESPONSE_BYTES, ...(apiKey !== undefined ? { apiKey } : {}),
+      }, signal, liveness),
       extraBody,
       keyId: keyIds.get(apiKey)!,
     };

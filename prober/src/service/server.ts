@@ -7,6 +7,8 @@
  * so every value is HTML-escaped and the page is sent with a CSP that allows no script at all.
  * Inconclusive is drawn amber with its own word, never green: "could not establish" is not "isolated".
  */
+import { createHostCheck } from './host-check.js';
+import { parseSince, SinceError } from '../since.js';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
@@ -49,6 +51,8 @@ export interface ServiceServerOptions {
   apiTargets?: () => unknown[];
   /** Extra, already escaped HTML for the status page (the fleet section). */
   extraHtml?: () => string;
+  /** Host names served under besides the listen address and localhost (config `allowed_hosts:`); others get 421. */
+  allowedHosts?: readonly string[];
 }
 
 export interface ServiceServer {
@@ -67,7 +71,13 @@ export async function startServiceServer(opts: ServiceServerOptions): Promise<Se
   const host = opts.host ?? '127.0.0.1';
   const now = opts.now ?? (() => Date.now());
 
+  const hostAllowed = createHostCheck({ listenHost: host, ...(opts.allowedHosts !== undefined ? { allowedHosts: opts.allowedHosts } : {}) });
   const server = createServer((req, res) => {
+    if (!hostAllowed(req.headers.host)) {
+      // DNS rebinding guard (host-check.ts): a page elsewhere must not read evidence through the browser.
+      send(res, 421, 'text/plain; charset=utf-8', 'misdirected request: this server does not answer under that Host (see allowed_hosts)\n');
+      return;
+    }
     handle(req, res).catch((err: unknown) => {
       opts.logger?.error({ err, path: req.url }, 'status server request failed');
       if (!res.headersSent) send(res, 500, 'text/plain; charset=utf-8', 'internal error\n');
@@ -161,15 +171,16 @@ function limitParam(url: URL, dflt: number): number {
   return n;
 }
 
-/** `since` is a duration back from now (1h, 7d) or an ISO time. */
+/** `since` is a duration back from now (1h, 7d) or a date/time (since.ts); out of range is a 400, not a 500. */
 function sinceParam(url: URL, now: number): { since?: number } {
   const raw = url.searchParams.get('since');
   if (raw === null) return {};
-  const ago = parseDuration(raw);
-  if (ago !== undefined) return { since: now - ago };
-  const t = Date.parse(raw);
-  if (Number.isNaN(t)) throw new BadRequest(`since: expected a duration like 1h or 7d, or an ISO time, got ${JSON.stringify(raw.slice(0, 40))}`);
-  return { since: t };
+  try {
+    return { since: parseSince(raw, now) };
+  } catch (err) {
+    if (err instanceof SinceError) throw new BadRequest(`since: ${err.message}`);
+    throw err;
+  }
 }
 
 function targetParam(url: URL): { target?: string } {

@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import { configSecrets, type ServiceConfig } from './config.js';
 import { createLogger } from './logger.js';
 import { createMetrics, seedScenarioState, type Metrics } from './metrics.js';
+import { registerBuildInfo } from './build-info.js';
 import type { ProbeFn } from '../probe/probe-fn.js';
 import type { ProbeRun } from '../probe/result.js';
 import { createScheduler, systemClock, type Clock, type Scheduler } from './scheduler.js';
@@ -87,6 +88,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
   const store = openStore({ path: config.store.path, retentionMs: config.store.retentionMs, secrets: secretsOf });
   const registry = opts.registry ?? new Registry();
   const metrics = createMetrics(registry);
+  registerBuildInfo(registry);
 
   let scheduler: Scheduler | undefined;
   let server: Awaited<ReturnType<typeof startServiceServer>>;
@@ -139,6 +141,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
       extraHtml: () => renderFleetSection(fleet.status(effective.targets)),
       logger,
       now: () => clock.now(),
+      ...(config.allowedHosts !== undefined ? { allowedHosts: config.allowedHosts } : {}),
     });
   } catch (err) {
     fleet.stop();

@@ -35,7 +35,7 @@ import type { PlantingRow } from '../probe/marker-registry.js';
 import { safeText } from '../probe/redact.js';
 import type { InconclusiveReason, Outcome, Power, ProbeRun } from '../probe/result.js';
 
-export type StoreErrorCode = 'KVC_STORE_OPEN' | 'KVC_STORE_SCHEMA_NEWER' | 'KVC_STORE_INVALID_RUN' | 'KVC_STORE_DUPLICATE_RUN' | 'KVC_STORE_CLOSED';
+export type StoreErrorCode = 'KVC_STORE_OPEN' | 'KVC_STORE_SCHEMA_NEWER' | 'KVC_STORE_NOT_KVCANARY' | 'KVC_STORE_SCHEMA_OLDER' | 'KVC_STORE_INVALID_RUN' | 'KVC_STORE_DUPLICATE_RUN' | 'KVC_STORE_CLOSED';
 
 export class StoreError extends Error {
   override readonly name = 'StoreError';
@@ -51,6 +51,11 @@ export interface StoreOptions {
   retentionMs: number;
   /** Credential values to scrub from everything stored (a function so a config reload can change them). */
   secrets?: readonly string[] | (() => readonly string[]);
+  /**
+   * Open an existing kvcanary store for reading only (`report`): never created, chmodded, switched to WAL or
+   * migrated; a file that is not a kvcanary store at this schema version is refused (StoreError).
+   */
+  readonly?: boolean;
 }
 
 /** One planting request (see PlantingRow in probe/marker-registry.ts). */
@@ -318,6 +323,30 @@ function prepareFile(file: string): void {
   for (const f of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
 }
 
+/** A read-only open: the file must be a kvcanary store at exactly this schema version. */
+function checkSchema(db: Database.Database, file: string): void {
+  let version: number | undefined;
+  try {
+    const tables = new Set((db.prepare(`SELECT name FROM sqlite_master WHERE type = 'table'`).all() as Array<{ name: string }>).map((r) => r.name));
+    if (tables.has('schema_migrations') && tables.has('runs') && tables.has('findings')) {
+      version = (db.prepare('SELECT coalesce(max(version), 0) AS v FROM schema_migrations').get() as { v: number }).v;
+    }
+  } catch (err) {
+    db.close();
+    throw new StoreError('KVC_STORE_NOT_KVCANARY', `${file} is not a kvcanary evidence store (not an SQLite database)`, { cause: err });
+  }
+  if (version === undefined) {
+    db.close();
+    throw new StoreError('KVC_STORE_NOT_KVCANARY', `${file} is not a kvcanary evidence store (an SQLite database without kvcanary's tables); nothing was changed`);
+  }
+  if (version !== SCHEMA_VERSION) {
+    db.close();
+    throw version > SCHEMA_VERSION
+      ? new StoreError('KVC_STORE_SCHEMA_NEWER', `${file}: schema version ${version} is newer than this kvcanary understands (${SCHEMA_VERSION}); upgrade kvcanary`)
+      : new StoreError('KVC_STORE_SCHEMA_OLDER', `${file}: schema version ${version} is older than this kvcanary's (${SCHEMA_VERSION}); \`kvcanary serve\` on it migrates it (report never writes)`);
+  }
+}
+
 function migrate(db: Database.Database): void {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`);
@@ -384,17 +413,23 @@ export function openStore(opts: StoreOptions): Store {
   const secretsOf = typeof opts.secrets === 'function' ? opts.secrets : (() => (opts.secrets as readonly string[] | undefined) ?? []);
   let db: Database.Database;
   try {
-    if (opts.path !== ':memory:') prepareFile(opts.path);
-    db = new Database(opts.path);
-    db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = FULL');
-    // `kvcanary report` may read while `serve` writes; wait for the writer rather than fail.
-    db.pragma('busy_timeout = 5000');
-    // Table rebuilds in migrations must not cascade deletes: foreign keys are enforced once the schema is current.
-    db.pragma('foreign_keys = OFF');
-    migrate(db);
-    db.pragma('foreign_keys = ON');
-    if (opts.path !== ':memory:') prepareFile(opts.path);
+    if (opts.readonly === true) {
+      db = new Database(opts.path, { readonly: true, fileMustExist: true });
+      db.pragma('busy_timeout = 5000');
+      checkSchema(db, opts.path);
+    } else {
+      if (opts.path !== ':memory:') prepareFile(opts.path);
+      db = new Database(opts.path);
+      db.pragma('journal_mode = WAL');
+      db.pragma('synchronous = FULL');
+      // `kvcanary report` may read while `serve` writes; wait for the writer rather than fail.
+      db.pragma('busy_timeout = 5000');
+      // Table rebuilds in migrations must not cascade deletes: foreign keys are enforced once the schema is current.
+      db.pragma('foreign_keys = OFF');
+      migrate(db);
+      db.pragma('foreign_keys = ON');
+      if (opts.path !== ':memory:') prepareFile(opts.path);
+    }
   } catch (err) {
     if (err instanceof StoreError) throw err;
     throw new StoreError('KVC_STORE_OPEN', `cannot open evidence store ${opts.path}: ${(err as Error).message}`, { cause: err });

@@ -2,13 +2,14 @@
  * A TargetClient bound to one probe cycle: every request it sends also ends when the cycle's signal fires
  * (so a deadline or shutdown aborts everything in flight, whatever the scenario passed), and every exchange's
  * transport is reported to a liveness watch, which cuts the cycle as `unreachable` after a few consecutive
- * transport failures (refused, reset, timeout) rather than letting each scenario wait out its own timeouts.
+ * transport failures (refused, reset, timeout, or a response past the size limit) rather than letting each scenario wait out its own timeouts.
  */
 import type { TransportClass } from '../result.js';
 import { RunCut } from '../run-cut.js';
 import { TargetClient, type CallOptions, type CallResult, type CompletionRequest, type CompletionResult, type Prompt, type TargetClientOptions } from './client.js';
 
-const DEAD: ReadonlySet<TransportClass> = new Set(['refused', 'reset', 'timeout']);
+/** Transport failures that say the endpoint is dead or hostile (a flood past the response limit counts too). */
+const DEAD: ReadonlySet<TransportClass> = new Set(['refused', 'reset', 'timeout', 'too-large']);
 
 export interface Liveness {
   note(transport: TransportClass): void;

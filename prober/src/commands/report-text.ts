@@ -1,0 +1,45 @@
+/**
+ * `kvcanary report` as text: runs newest first by the time shown (when they finished), then findings grouped
+ * by target and kind, each group with its count, first and last seen, and per finding who planted the marker,
+ * who read it and the excerpt (what the alert runbook promises). Everything passes through forTerminal: the
+ * store holds target-supplied text.
+ */
+import type { RunSummary, StoredFinding } from '../service/store.js';
+import { forTerminal, oneLine } from '../terminal-text.js';
+
+function who(p: { tenant: string; role: string; requestId: string } | undefined): string {
+  return p === undefined ? '?' : `${p.tenant}/${p.role} ${p.requestId}`;
+}
+
+export function reportText(since: number, runs: readonly RunSummary[], findings: readonly StoredFinding[]): string {
+  const out: string[] = [`runs since ${new Date(since).toISOString()} (${runs.length}), newest first:`];
+  const byShown = [...runs].sort((a, b) => b.finishedAt.localeCompare(a.finishedAt));
+  for (const r of byShown) {
+    const reasons = [...new Set(r.scenarios.map((s) => s.reason).filter((x) => x !== undefined))];
+    out.push(`  ${r.finishedAt}  ${r.target.padEnd(16)} ${r.outcome.toUpperCase().padEnd(12)}${reasons.length > 0 ? ` (${reasons.join(', ')})` : ''} ${r.scenarios.map((s) => `${s.name}=${s.outcome}`).join(' ')}`);
+  }
+  const groups = new Map<string, StoredFinding[]>();
+  for (const f of findings) {
+    const key = `${f.target}\u0000${f.kind}`;
+    groups.set(key, [...(groups.get(key) ?? []), f]);
+  }
+  out.push(`findings (${findings.length}) by target and kind:`);
+  const ordered = [...groups.values()].map((g) => [...g].sort((a, b) => b.at.localeCompare(a.at)))
+    .sort((a, b) => b[0]!.at.localeCompare(a[0]!.at));
+  for (const g of ordered) {
+    const first = g[g.length - 1]!;
+    const last = g[0]!;
+    out.push(`  ${last.target} ${last.kind} [${last.severity}] ×${g.length}  first seen ${first.at}  last seen ${last.at}`);
+    for (const f of g) {
+      const e = f.evidence;
+      const parts = [`    ${f.at}  ${f.scenario}`];
+      if (e.match !== undefined) parts.push(`marker ${oneLine(e.match)}`);
+      if (e.planted !== undefined) parts.push(`planted by ${who(e.planted)} at ${e.planted.at}`);
+      if (e.read !== undefined) parts.push(`read by ${who(e.read)}`);
+      if (f.chance > 0) parts.push(`chance ≤ ${f.chance.toExponential(1)}`);
+      out.push(parts.join('  '));
+      if (e.excerpt !== undefined) out.push(`      excerpt: ${oneLine(e.excerpt)}`);
+    }
+  }
+  return forTerminal(out.join('\n'));
+}

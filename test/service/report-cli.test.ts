@@ -1,0 +1,113 @@
+/**
+ * `kvcanary report` as an operator runs it: it only reads (never chmods, switches the journal or migrates,
+ * and refuses a file that is not a kvcanary store), shows who planted and who read a leak with the excerpt,
+ * grouped by target and kind, and an unknown --target is an error rather than an empty green report.
+ */
+import { chmodSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { describe, expect, it } from 'vitest';
+import { makeFinding } from '../../prober/src/probe/findings.js';
+import type { ProbeRun } from '../../prober/src/probe/result.js';
+import { openStore } from '../../prober/src/service/store.js';
+import { runCli } from '../helpers/cli.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'kvc-report-'));
+const M = 'kvcanary-aaaaaaaaaaaaaaaaaaaaaaaaaa';
+
+function leakRun(runId: string, at: string, target: string): ProbeRun {
+  const f = makeFinding('cross-request-leak', 'abort-race', {
+    match: M, excerpt: `before ${M} after`,
+    planted: { runId, requestId: 'planter-1', role: 'planter', tenant: 'acme', at },
+    read: { requestId: 'reader-7', role: 'reader', tenant: 'globex' },
+  }, 1e-30);
+  return {
+    runId, target, baseUrl: 'http://h:8000', model: 'm', startedAt: at, finishedAt: new Date(Date.parse(at) + 5000).toISOString(), outcome: 'fail', up: true,
+    capacity: {}, scenarios: [{ name: 'abort-race', outcome: 'fail', findings: [f], requests: [], notes: [], tokens: { sent: 1, billed: 1 }, durationMs: 1 }],
+  };
+}
+
+function kvcanaryStore(name: string): string {
+  const p = path.join(dir, name);
+  const store = openStore({ path: p, retentionMs: 86_400_000 });
+  const now = Date.now();
+  store.recordRun(leakRun('r1', new Date(now - 3 * 3_600_000).toISOString(), 'prod'));
+  store.recordRun(leakRun('r2', new Date(now - 3_600_000).toISOString(), 'prod'));
+  store.close();
+  return p;
+}
+
+describe('report only reads', () => {
+  it('leaves mode, journal and schema of a kvcanary store as they were', async () => {
+    const p = kvcanaryStore('ro.sqlite');
+    const db = new Database(p);
+    db.pragma('journal_mode = DELETE');
+    db.close();
+    chmodSync(p, 0o644);
+    const r = await runCli(['report', '--store', p]);
+    expect(r.code).toBe(1);
+    expect(statSync(p).mode & 0o777).toBe(0o644);
+    const after = new Database(p, { readonly: true });
+    expect(after.pragma('journal_mode', { simple: true })).toBe('delete');
+    after.close();
+  });
+
+  it('refuses an SQLite database that is not a kvcanary store (64), adding nothing to it', async () => {
+    const p = path.join(dir, 'other.sqlite');
+    const db = new Database(p);
+    db.exec('CREATE TABLE t (a)');
+    db.close();
+    chmodSync(p, 0o644);
+    const r = await runCli(['report', '--store', p]);
+    expect(r.code).toBe(64);
+    expect(r.stderr).toMatch(/not a kvcanary evidence store/);
+    const again = new Database(p, { readonly: true });
+    expect((again.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as Array<{ name: string }>).map((x) => x.name)).toEqual(['t']);
+    expect(again.pragma('journal_mode', { simple: true })).toBe('delete');
+    again.close();
+    expect(statSync(p).mode & 0o777).toBe(0o644);
+  });
+
+  it('refuses a file that is not a database, and a directory, with 64 and one line', async () => {
+    const p = path.join(dir, 'notes.txt');
+    writeFileSync(p, 'hello, this is not a database at all\n'.repeat(200));
+    for (const target of [p, dir]) {
+      const r = await runCli(['report', '--store', target]);
+      expect(r.code).toBe(64);
+      expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    }
+  });
+});
+
+describe('report for an operator', () => {
+  it('shows planter, reader and excerpt, grouped by target and kind with first and last seen', async () => {
+    const p = kvcanaryStore('leaks.sqlite');
+    const r = await runCli(['report', '--store', p]);
+    expect(r.stdout).toMatch(/prod cross-request-leak \[critical\] ×2 {2}first seen \S+ {2}last seen \S+/);
+    expect(r.stdout).toContain('planted by acme/planter planter-1');
+    expect(r.stdout).toContain('read by globex/reader reader-7');
+    expect(r.stdout).toContain(`excerpt: before ${M} after`);
+    // Rows ordered by the time shown, newest first.
+    const times = [...r.stdout.matchAll(/^ {2}(\d{4}-\S+Z) {2}prod/gm)].map((m) => m[1]!);
+    expect(times).toEqual([...times].sort().reverse());
+  });
+
+  it('--since takes a date/time; an unknown --target is an error', async () => {
+    const p = kvcanaryStore('since.sqlite');
+    const day = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10);
+    expect((await runCli(['report', '--store', p, '--since', day])).code).toBe(1);
+    const r = await runCli(['report', '--store', p, '--target', 'nope']);
+    expect(r.code).toBe(64);
+    expect(r.stderr).toMatch(/--target: no target named "nope" .*known: prod/);
+  });
+
+  it('report --config needs no secret values set', async () => {
+    const p = kvcanaryStore('cfg.sqlite');
+    const cfg = path.join(dir, 'cfg.yaml');
+    writeFileSync(cfg, `store: { path: ${p} }\ntargets: [{ name: prod, base_url: "http://127.0.0.1:1", api_key_env: KVC_SURELY_UNSET_VAR }]\n`);
+    const r = await runCli(['report', '--config', cfg]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain('cross-request-leak');
+  });
+});
