@@ -436,3 +436,15 @@ describe('scanner: markers of earlier runs (installation key)', () => {
     expect(m).toMatchObject({ marker: planted[3]!.marker, fragment, exact: false, bodyOffset: 5, plantedBy: 'earlier-run', owner: { runId: 'run-0', requestId: 'planter-0' } });
   });
 });
+
+describe('scanner: decryption is bounded per response', () => {
+  it('stops decrypting past maxDecryptWindows and counts what it skipped', () => {
+    const registry = createMarkerRegistry();
+    const entry = registry.plant({ runId: 'run-1', requestId: 'planter-1', role: 'planter', tenant: 'tenant-a' });
+    const session = createScanner(registry, { maxDecryptWindows: 100 }).open(reader);
+    session.push('a'.repeat(1000) + ' ' + entry.marker);
+    const matches = session.end();
+    expect(matches.map((m) => m.marker)).toEqual([entry.marker]); // the fragment index still finds recent ones
+    expect(session.stats()).toMatchObject({ decryptedWindows: 100, decryptSkipped: 1000 - 26 + 1 - 100 + 1 });
+  });
+});
