@@ -74,6 +74,8 @@ interface RecallRow {
   /** Leak findings whose planting run and request were checked against what was sent. */
   leakFindings: number;
   attributionCorrect: number;
+  /** Runs without a leak: the scenario's notes and what the over-limit prompts got back, to say why. */
+  misses: Array<{ run: number; notes: string[] }>;
   wallSeconds: number;
 }
 
@@ -84,7 +86,7 @@ async function recall(installation: boolean, dir: string): Promise<RecallRow> {
   const sent = new Map<string, Map<string, Sent>>();
   const row: RecallRow = {
     setting: installation ? 'installation key + shared store (kvcanary run now)' : 'fresh random key per run (a registry of this run only)',
-    runs: 0, recalled: 0, recall: 0, recallCi95: [0, 0], attributedToEarlierRun: 0, leakFindings: 0, attributionCorrect: 0, wallSeconds: 0,
+    runs: 0, recalled: 0, recall: 0, recallCi95: [0, 0], attributedToEarlierRun: 0, leakFindings: 0, attributionCorrect: 0, misses: [], wallSeconds: 0,
   };
   const t0 = performance.now();
   try {
@@ -99,6 +101,7 @@ async function recall(installation: boolean, dir: string): Promise<RecallRow> {
       const leaks = run.scenarios.flatMap((s) => s.findings).filter((f) => f.kind === 'cross-request-leak');
       row.runs++;
       if (leaks.length > 0) row.recalled++;
+      else if (installation) row.misses.push({ run: i, notes: run.scenarios.flatMap((s) => s.notes) });
       if (leaks.some((f) => f.evidence.planted?.by === 'earlier-run')) row.attributedToEarlierRun++;
       for (const f of leaks) {
         row.leakFindings++;

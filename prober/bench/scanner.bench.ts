@@ -177,7 +177,7 @@ function heapBytes(): number {
 }
 
 function buildRegistry(count: number): MarkerRegistry {
-  const registry = createMarkerRegistry();
+  const registry = createMarkerRegistry({ maxRecentMarkers: Math.max(1, count) });
   for (let i = 0; i < count; i++) {
     registry.plant({ runId: 'bench-run', requestId: `bench-planter-${i >> 4}`, role: 'planter', tenant: 'bench', plantedAt: '2026-01-01T00:00:00.000Z' });
   }

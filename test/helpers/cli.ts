@@ -1,6 +1,16 @@
 /** Runs the kvcanary CLI as a user would: a child process through bin/kvcanary.js. */
 import { spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+let scratchHome: string | undefined;
+/** A scratch installation home (marker key, run store) so tests never write to the user's ~/.config. */
+function testHome(): string {
+  scratchHome ??= mkdtempSync(path.join(tmpdir(), 'kvc-cli-home-'));
+  return scratchHome;
+}
 
 export const BIN = fileURLToPath(new URL('../../bin/kvcanary.js', import.meta.url));
 
@@ -12,7 +22,7 @@ export interface CliResult {
 
 export function runCli(args: string[], opts: { env?: Record<string, string>; timeoutMs?: number } = {}): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, ...args], { env: { KVCANARY_HOME: testHome(), ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));

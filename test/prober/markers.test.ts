@@ -4,14 +4,16 @@ import {
   MARKER_BITS,
   MARKER_BODY_LENGTH,
   MARKER_PREFIX,
+  MAX_MARKERS_PER_REQUEST,
   MarkerError,
+  createMarkerCodec,
   createRandomPool,
   generateMarker,
   isMarker,
   markerBody,
   type RandomFill,
 } from '../../prober/src/probe/markers.js';
-import { createMarkerRegistry, type MarkerEntry } from '../../prober/src/probe/marker-registry.js';
+import { createMarkerRegistry, plantingRows, type MarkerEntry } from '../../prober/src/probe/marker-registry.js';
 
 const MARKER_RE = /^kvcanary-[a-z2-7]{26}$/;
 const owner = { runId: 'run-1', requestId: 'req-1', role: 'planter', tenant: 'tenant-a' };
@@ -261,5 +263,116 @@ describe('marker registry', () => {
     expect(() => registry.plant({ ...owner, role: '' })).toThrow(/owner\.role: expected a non-empty string/);
     expect(() => registry.plant({ ...owner, plantedAt: 'soon' })).toThrow(/plantedAt: expected an ISO 8601 timestamp/);
     expect(registry.size).toBe(0);
+  });
+});
+
+describe('marker cipher (installation key)', () => {
+  const key = Uint8Array.from({ length: 16 }, (_, i) => i * 17 + 3);
+  const requestNo = '0123456789abcdef';
+
+  it('round-trips (request number, index) through a marker in the kvcanary- envelope', () => {
+    const codec = createMarkerCodec(key);
+    for (const index of [0, 1, 2, 500, MAX_MARKERS_PER_REQUEST - 1]) {
+      const marker = codec.encode(requestNo, index);
+      expect(marker).toMatch(MARKER_RE);
+      expect(codec.decode(marker)).toEqual({ requestNo, index });
+      expect(codec.decode(marker.toUpperCase())).toEqual({ requestNo, index });
+      expect(codec.decode(marker.slice(MARKER_PREFIX.length))).toEqual({ requestNo, index });
+    }
+    // Deterministic: the same key re-derives the same marker (the fragment index relies on it).
+    expect(createMarkerCodec(key).encode(requestNo, 7)).toBe(codec.encode(requestNo, 7));
+    expect(codec.encode('fedcba9876543210', 7)).not.toBe(codec.encode(requestNo, 7));
+    expect(() => codec.encode('xyz', 0)).toThrow(MarkerError);
+    expect(() => codec.encode(requestNo, MAX_MARKERS_PER_REQUEST)).toThrow(MarkerError);
+    expect(() => createMarkerCodec(new Uint8Array(15))).toThrow(/16-byte marker key/);
+  });
+
+  it('rejects forged and random bodies and other installations\' markers (48-bit check)', () => {
+    const codec = createMarkerCodec(key);
+    const other = createMarkerCodec(Uint8Array.from({ length: 16 }, (_, i) => 255 - i));
+    let accepted = 0;
+    for (let i = 0; i < 20_000; i++) {
+      if (codec.decode(generateMarker()) !== undefined) accepted++;
+      if (codec.decode(other.encode(requestNo, i)) !== undefined) accepted++;
+    }
+    expect(accepted).toBe(0);
+    // Changing any character after the first (which also carries 2 pad bits) breaks the check.
+    const marker = codec.encode(requestNo, 3);
+    for (let k = 1; k < MARKER_BODY_LENGTH; k++) {
+      const at = MARKER_PREFIX.length + k;
+      const swapped = BASE32_ALPHABET[(BASE32_ALPHABET.indexOf(marker[at]!) + 1) % 32]!;
+      expect(codec.decode(marker.slice(0, at) + swapped + marker.slice(at + 1))).toBeUndefined();
+    }
+    expect(codec.decode('kvcanary-short')).toBeUndefined();
+  });
+
+  it('keeps bodies uniform (chi-square per position) so the scanner\'s chance bound stands', () => {
+    const codec = createMarkerCodec(key);
+    const markers = Array.from({ length: 6000 }, (_, i) => codec.encode(requestNo, i));
+    expect(worstChiSquare(markers)).toBeLessThan(CHI2_LIMIT);
+  });
+
+  it('decodes a batch of candidate windows in one call', () => {
+    const codec = createMarkerCodec(key);
+    const bodies = [codec.encode(requestNo, 1), generateMarker(), codec.encode('00000000000000aa', 9)].map((m) => m.slice(MARKER_PREFIX.length));
+    const values = new Uint8Array(bodies.length * MARKER_BODY_LENGTH);
+    bodies.forEach((b, c) => [...b].forEach((ch, k) => (values[c * MARKER_BODY_LENGTH + k] = BASE32_ALPHABET.indexOf(ch))));
+    expect(codec.decodeValues(values, 3)).toEqual([{ requestNo, index: 1 }, undefined, { requestNo: '00000000000000aa', index: 9 }]);
+  });
+});
+
+describe('marker registry: plantings', () => {
+  const key = Uint8Array.from({ length: 16 }, (_, i) => i);
+
+  it('gives a request consecutive markers of one planting, and one planting row per request', () => {
+    const registry = createMarkerRegistry({ key, now: () => new Date('2026-03-01T10:00:00Z') });
+    const a = Array.from({ length: 5 }, () => registry.plant(owner));
+    const b = registry.plant({ ...owner, requestId: 'req-2' });
+    expect(a.map((e) => e.index)).toEqual([0, 1, 2, 3, 4]);
+    expect(new Set(a.map((e) => e.requestNo)).size).toBe(1);
+    expect(b.requestNo).not.toBe(a[0]!.requestNo);
+    expect(plantingRows([...a, b])).toEqual([
+      { requestNo: a[0]!.requestNo, ...owner, plantedAt: '2026-03-01T10:00:00.000Z', markerCount: 5 },
+      { requestNo: b.requestNo, ...owner, requestId: 'req-2', plantedAt: '2026-03-01T10:00:00.000Z', markerCount: 1 },
+    ]);
+    expect(registry.plantings()).toHaveLength(2);
+  });
+
+  it('a registry under the same key attributes a whole marker through its planting (another run, another process)', () => {
+    const planter = createMarkerRegistry({ key });
+    const entry = planter.plant({ ...owner, runId: 'run-earlier' });
+    const rows = plantingRows([entry]);
+    const later = createMarkerRegistry({ key, lookupPlanting: (no) => rows.find((r) => r.requestNo === no) });
+    expect(later.isRecent(entry.marker)).toBe(false);
+    expect(later.get(entry.marker)).toMatchObject({ marker: entry.marker, runId: 'run-earlier', requestId: 'req-1', role: 'planter', tenant: 'tenant-a', requestNo: entry.requestNo, index: 0 });
+    // Without a store row it is still recognised as this installation's, owner unknown.
+    expect(createMarkerRegistry({ key }).get(entry.marker)?.runId).toBe('unknown');
+    // Another installation's key does not recognise it.
+    expect(createMarkerRegistry({ key: new Uint8Array(16).fill(9) }).get(entry.marker)).toBeUndefined();
+  });
+
+  it('re-derives reloaded plantings into the fragment index, newest first within the bound', () => {
+    const planter = createMarkerRegistry({ key });
+    const old = Array.from({ length: 30 }, () => planter.plant({ ...owner, requestId: 'old', plantedAt: '2026-01-01T00:00:00Z' }));
+    const recent = Array.from({ length: 30 }, () => planter.plant({ ...owner, requestId: 'recent', plantedAt: '2026-01-02T00:00:00Z' }));
+    const later = createMarkerRegistry({ key, maxRecentMarkers: 40 });
+    expect(later.addPlantings(plantingRows([...old, ...recent]))).toBe(2);
+    expect(later.size).toBe(30);
+    expect(recent.every((e) => later.isRecent(e.marker))).toBe(true);
+    expect(old.some((e) => later.isRecent(e.marker))).toBe(false);
+    expect(later.lookup(recent[3]!.marker.slice(MARKER_PREFIX.length + 2, MARKER_PREFIX.length + 14))[0]?.entry.requestId).toBe('recent');
+    // Whole copies of the old ones still decrypt, and the reloaded planting attributes them.
+    expect(later.get(old[0]!.marker)?.requestId).toBe('old');
+  });
+
+  it('bounds the fragment index: past maxRecentMarkers the oldest markers are evicted', () => {
+    const registry = createMarkerRegistry({ key, maxRecentMarkers: 100 });
+    const all = Array.from({ length: 1000 }, (_, i) => registry.plant({ ...owner, requestId: `r${i >> 3}` }));
+    expect(registry.size).toBeLessThanOrEqual(100);
+    expect(registry.isRecent(all[999]!.marker)).toBe(true);
+    expect(registry.isRecent(all[0]!.marker)).toBe(false);
+    expect(registry.get(all[0]!.marker)?.requestId).toBe('r0');
+    expect(registry.windowCount).toBe(registry.size * (MARKER_BODY_LENGTH - 12 + 1));
+    expect(() => createMarkerRegistry({ maxRecentMarkers: 0 })).toThrow(/maxRecentMarkers/);
   });
 });

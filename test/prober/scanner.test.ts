@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { BASE32_ALPHABET, MARKER_PREFIX } from '../../prober/src/probe/markers.js';
-import { createMarkerRegistry, type MarkerEntry, type MarkerRegistry } from '../../prober/src/probe/marker-registry.js';
+import { createMarkerRegistry, plantingRows, type MarkerEntry, type MarkerRegistry } from '../../prober/src/probe/marker-registry.js';
 import { ScannerError, createScanner, scanText, type MarkerMatch, type ReaderIdentity } from '../../prober/src/probe/scanner.js';
 
 const reader: ReaderIdentity = { requestId: 'reader-1', tenant: 'tenant-b', role: 'reader' };
@@ -375,5 +375,76 @@ describe('scanner: bounds and misuse', () => {
     session.push(`${planter.marker.slice(25)} y`);
     const [m] = session.end();
     expect(m).toMatchObject({ marker: planter.marker, exact: true, foreign: true });
+  });
+});
+
+describe('scanner: markers of earlier runs (installation key)', () => {
+  const key = Uint8Array.from({ length: 16 }, (_, i) => 100 + i);
+  const earlier = { runId: 'run-0', requestId: 'planter-0', role: 'planter', tenant: 'tenant-a' };
+  const current: ReaderIdentity = { ...reader, runId: 'run-1' };
+
+  function earlierRun(): { planted: MarkerEntry[]; rows: ReturnType<typeof plantingRows> } {
+    const registry = createMarkerRegistry({ key, now: () => new Date('2026-05-01T11:00:00Z') });
+    const planted = Array.from({ length: 4 }, () => registry.plant(earlier));
+    return { planted, rows: plantingRows(planted).map((r) => ({ ...r, target: 'prod (http://10.0.0.1)' })) };
+  }
+
+  it('decrypts a whole marker planted by an earlier run and attributes it to that run\'s planting request', () => {
+    const { planted, rows } = earlierRun();
+    const registry = createMarkerRegistry({ key, lookupPlanting: (no) => rows.find((r) => r.requestNo === no) });
+    expect(registry.size).toBe(0);
+    const text = `Reference: ${planted[2]!.marker}, and also ${bodyOf(planted[1]!).toUpperCase()}!`;
+    const session = createScanner(registry).open(current);
+    session.push(text);
+    const matches = session.end();
+    expect(matches.map((m) => [m.marker, m.exact, m.foreign, m.plantedBy, m.prefixed])).toEqual([
+      [planted[2]!.marker, true, true, 'earlier-run', true],
+      [planted[1]!.marker, true, true, 'earlier-run', false],
+    ]);
+    expect(matches[0]!.owner).toEqual({ ...earlier, plantedAt: '2026-05-01T11:00:00.000Z', target: 'prod (http://10.0.0.1)' });
+    expect(matches[0]!.chance).toBeLessThan(1e-12);
+    expect(session.stats().decryptedWindows).toBeGreaterThan(0);
+  });
+
+  it('finds a whole marker glued to other base32 text or split across chunks', () => {
+    const { planted, rows } = earlierRun();
+    const registry = createMarkerRegistry({ key, lookupPlanting: (no) => rows.find((r) => r.requestNo === no) });
+    const text = `kvcanary${bodyOf(planted[0]!)}abc`; // prefix without its hyphen, trailing letters
+    const chunks = [...text].map((c) => c);
+    const { matches } = scanChunks(registry, chunks, current);
+    expect(matches.map((m) => [m.marker, m.offset])).toEqual([[planted[0]!.marker, 'kvcanary'.length]]);
+  });
+
+  it('says "this run" for this run\'s markers and leaves another installation\'s markers unrecognised', () => {
+    const registry = createMarkerRegistry({ key });
+    const mine = registry.plant({ ...earlier, runId: 'run-1' });
+    const foreign = createMarkerRegistry({ key: new Uint8Array(16).fill(1) }).plant(earlier);
+    const matches = scanText(createScanner(registry), current, `${mine.marker} ${foreign.marker}`);
+    expect(matches.map((m) => [m.marker, m.plantedBy])).toEqual([[mine.marker, 'this-run']]);
+  });
+
+  it('matches fragments of an earlier run\'s markers once its plantings are reloaded, not before', () => {
+    const { planted, rows } = earlierRun();
+    const fragment = bodyOf(planted[3]!).slice(5, 19);
+    const text = `partial copy: ${fragment} …`;
+    const cold = createMarkerRegistry({ key, lookupPlanting: (no) => rows.find((r) => r.requestNo === no) });
+    expect(scanText(createScanner(cold), current, text)).toEqual([]);
+    const warm = createMarkerRegistry({ key });
+    warm.addPlantings(rows);
+    const [m, ...rest] = scanText(createScanner(warm), current, text);
+    expect(rest).toEqual([]);
+    expect(m).toMatchObject({ marker: planted[3]!.marker, fragment, exact: false, bodyOffset: 5, plantedBy: 'earlier-run', owner: { runId: 'run-0', requestId: 'planter-0' } });
+  });
+});
+
+describe('scanner: decryption is bounded per response', () => {
+  it('stops decrypting past maxDecryptWindows and counts what it skipped', () => {
+    const registry = createMarkerRegistry();
+    const entry = registry.plant({ runId: 'run-1', requestId: 'planter-1', role: 'planter', tenant: 'tenant-a' });
+    const session = createScanner(registry, { maxDecryptWindows: 100 }).open(reader);
+    session.push('a'.repeat(1000) + ' ' + entry.marker);
+    const matches = session.end();
+    expect(matches.map((m) => m.marker)).toEqual([entry.marker]); // the fragment index still finds recent ones
+    expect(session.stats()).toMatchObject({ decryptedWindows: 100, decryptSkipped: 1000 - 26 + 1 - 100 + 1 });
   });
 });

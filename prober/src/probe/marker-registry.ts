@@ -135,7 +135,7 @@ export interface MarkerRegistryOptions {
    * recognised by decryption). About 720 bytes each. @default 50000 (DEFAULT_MAX_RECENT_MARKERS)
    */
   maxRecentMarkers?: number;
-  /** Most planting requests kept in memory (older ones are looked up). @default 65536 */
+  /** Most planting requests kept in memory, about 300 bytes each (older ones are looked up in the store). @default 16384 */
   maxPlantings?: number;
 }
 
@@ -218,7 +218,7 @@ export interface MarkerRegistry {
 
 export const DEFAULT_FRAGMENT_LENGTH = 12;
 export const DEFAULT_MAX_RECENT_MARKERS = 50_000;
-export const DEFAULT_MAX_PLANTINGS = 65_536;
+export const DEFAULT_MAX_PLANTINGS = 16_384;
 /** Owner fields of a marker that decrypts (it is this installation's) but whose planting is not known. */
 export const UNKNOWN_OWNER = 'unknown';
 export const MIN_FRAGMENT_LENGTH = 8;

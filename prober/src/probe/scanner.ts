@@ -36,7 +36,9 @@
  *   marker planted by any earlier run or process is found. Those already in the fragment index are left to
  *   the window path. Such a match's `chance` is the decryption check's: D * 2^-48 for D windows decrypted
  *   (each passes the 48-bit check by accident with 2^-48). Windows failing the check (other
- *   installations' markers, ordinary text) are not reported unless the fragment index holds them.
+ *   installations' markers, ordinary text) are not reported unless the fragment index holds them. At most
+ *   `maxDecryptWindows` windows are decrypted per response (about 1-2 us each), so an endpoint streaming
+ *   endless letters cannot stall the scan; past it only the fragment index is consulted (`stats()` counts them).
  * - Bounded output: at most `maxMatches` self and, separately, `maxMatches` foreign matches are kept (so
  *   self-echo can never crowd out a leak), and at most `maxMatchesPerMarker` per marker; the rest are
  *   counted in `stats()`.
@@ -98,6 +100,8 @@ export interface ScanStats {
   registeredWindows: number;
   /** 26-character windows decrypted with the installation key: D in a decrypted match's chance. */
   decryptedWindows: number;
+  /** Windows not decrypted because the response passed `maxDecryptWindows`. */
+  decryptSkipped: number;
   selfMatches: number;
   foreignMatches: number;
   /** Matches counted but not kept (caps). */
@@ -111,6 +115,8 @@ export interface ScannerOptions {
   maxMatches?: number;
   /** Kept matches per marker. @default 16 */
   maxMatchesPerMarker?: number;
+  /** Most 26-character windows decrypted per response. @default 1000000 */
+  maxDecryptWindows?: number;
 }
 
 export interface ScanSession {
@@ -153,6 +159,8 @@ export function createScanner(registry: MarkerRegistry, options: ScannerOptions 
   checkInt('context', context, 0, MAX_CONTEXT);
   checkInt('maxMatches', maxMatches, 1, 1_000_000);
   checkInt('maxMatchesPerMarker', maxPerMarker, 1, 1_000_000);
+  const maxDecrypt = options.maxDecryptWindows ?? 1_000_000;
+  checkInt('maxDecryptWindows', maxDecrypt, 0, 1_000_000_000);
   return {
     open(reader: ReaderIdentity): ScanSession {
       for (const field of ['requestId', 'tenant', 'role'] as const) {
@@ -160,7 +168,7 @@ export function createScanner(registry: MarkerRegistry, options: ScannerOptions 
           throw new ScannerError('KVC_SCAN_BAD_INPUT', `open: expected \`reader.${field}\` to be a non-empty string, got ${typeof reader?.[field]}`);
         }
       }
-      return new Session(registry, { ...reader }, context, maxMatches, maxPerMarker);
+      return new Session(registry, { ...reader }, context, maxMatches, maxPerMarker, maxDecrypt);
     },
   };
 }
@@ -233,6 +241,7 @@ class Session implements ScanSession {
   private readonly decAt = new Int32Array(DECRYPT_BATCH);
   private decCount = 0;
   private decrypted = 0;
+  private decryptSkipped = 0;
 
   constructor(
     private readonly registry: MarkerRegistry,
@@ -240,6 +249,7 @@ class Session implements ScanSession {
     private readonly context: number,
     private readonly maxMatches: number,
     private readonly maxPerMarker: number,
+    private readonly maxDecrypt: number,
   ) {
     this.ix = registry.index();
     this.frag = registry.fragmentLength;
@@ -293,6 +303,7 @@ class Session implements ScanSession {
       candidatePositions: this.lookups,
       registeredWindows: Math.max(this.maxWindows, this.ended ? 0 : this.registry.windowCount),
       decryptedWindows: this.decrypted,
+      decryptSkipped: this.decryptSkipped,
       selfMatches: this.selfCount,
       foreignMatches: this.foreignCount,
       dropped: this.dropped,
@@ -397,6 +408,10 @@ class Session implements ScanSession {
 
   /** Queue the 26-character window ending at chunk index `p` (the run's last `runLen` characters) for decryption. */
   private queueDecrypt(runLen: number, p: number): void {
+    if (this.decrypted + this.decCount >= this.maxDecrypt) {
+      this.decryptSkipped++;
+      return;
+    }
     const base = this.decCount * BODY_LENGTH;
     const ring = this.ring;
     for (let k = 0, from = runLen - BODY_LENGTH; k < BODY_LENGTH; k++) this.decValues[base + k] = ring[(from + k) & 31]!;

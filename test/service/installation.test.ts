@@ -1,0 +1,71 @@
+import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { DEFAULT_MAX_RECENT_MARKERS } from '../../prober/src/probe/marker-registry.js';
+import { InstallationError, createInstallationRegistry, installationHome, loadMarkerKey, markerKeyPath, persistPlantings, recentMarkersFrom, runStorePath } from '../../prober/src/service/installation.js';
+import { openStore } from '../../prober/src/service/store.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'kvc-installation-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('installation: marker key file', () => {
+  it('lives under KVCANARY_HOME, else XDG_CONFIG_HOME/kvcanary, else ~/.config/kvcanary', () => {
+    expect(installationHome({ KVCANARY_HOME: '/srv/kvc' })).toBe('/srv/kvc');
+    expect(markerKeyPath({ KVCANARY_HOME: '/srv/kvc' })).toBe('/srv/kvc/marker.key');
+    expect(runStorePath({ KVCANARY_HOME: '/srv/kvc' })).toBe('/srv/kvc/runs.sqlite');
+    expect(installationHome({ XDG_CONFIG_HOME: '/cfg' })).toBe('/cfg/kvcanary');
+    expect(installationHome({})).toMatch(/\.config\/kvcanary$/);
+  });
+
+  it('is created on first use with mode 0600 (folder 0700) and the same key is read back by every later process', () => {
+    const file = path.join(dir, 'home1', 'marker.key');
+    const key = loadMarkerKey(file);
+    expect(key).toHaveLength(16);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    expect(statSync(path.dirname(file)).mode & 0o777).toBe(0o700);
+    expect(loadMarkerKey(file)).toEqual(key);
+    expect(readFileSync(file, 'utf8').trim()).toBe(Buffer.from(key).toString('hex'));
+  });
+
+  it('tightens a key file others can read, and refuses a malformed one without echoing its content', () => {
+    const file = path.join(dir, 'home2', 'marker.key');
+    loadMarkerKey(file);
+    chmodSync(file, 0o644);
+    loadMarkerKey(file);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    writeFileSync(file, 'secret-looking-garbage-0123');
+    let message = '';
+    try {
+      loadMarkerKey(file);
+    } catch (err) {
+      expect(err).toBeInstanceOf(InstallationError);
+      message = (err as Error).message;
+    }
+    expect(message).toContain(file);
+    expect(message).toMatch(/32 hex digits/);
+    expect(message).not.toContain('secret-looking-garbage');
+  });
+
+  it('reads the fragment index bound from KVCANARY_RECENT_MARKERS', () => {
+    expect(recentMarkersFrom({})).toBe(DEFAULT_MAX_RECENT_MARKERS);
+    expect(recentMarkersFrom({ KVCANARY_RECENT_MARKERS: '2000' })).toBe(2000);
+    expect(() => recentMarkersFrom({ KVCANARY_RECENT_MARKERS: 'lots' })).toThrow(/KVCANARY_RECENT_MARKERS: expected an integer/);
+  });
+
+  it('two processes of one installation: the second attributes the first one\'s markers from the store; the key is in no row', () => {
+    const home = path.join(dir, 'home3');
+    const env = { KVCANARY_HOME: home };
+    const store = openStore({ path: runStorePath(env), retentionMs: 86_400_000 });
+    const first = createInstallationRegistry({ store, since: 0, env });
+    const planted = Array.from({ length: 3 }, () => first.plant({ runId: 'run-a', requestId: 'planter-a', role: 'planter', tenant: 'default' }));
+    persistPlantings(store)(planted);
+    const second = createInstallationRegistry({ store, since: 0, env });
+    expect(second.get(planted[2]!.marker)).toMatchObject({ runId: 'run-a', requestId: 'planter-a', index: 2 });
+    expect(second.isRecent(planted[0]!.marker)).toBe(true); // reloaded into the fragment index
+    store.close();
+    const keyHex = readFileSync(markerKeyPath(env), 'utf8').trim();
+    expect(readFileSync(runStorePath(env)).includes(Buffer.from(keyHex))).toBe(false);
+    expect(JSON.stringify(second)).not.toContain(keyHex);
+  });
+});
