@@ -29,8 +29,19 @@
  *   sign-flip permutation test at `timingAlpha` (default 0.001) plus a minimum effect `timingMinEffect`
  *   (default: 20% faster in median). Significant and large: `prefix-timing-side-channel`. The same test
  *   on A's control vs the round's fresh prefix measures the effect a cache hit has at all (in the notes).
- * - Outcome: fail on any finding; pass only when the control showed reuse, B showed none, and the timing
- *   test ran (enough pairs to reach alpha); otherwise inconclusive with the reasons.
+ * - Declared boundaries (tenant-pair.ts): between configured tenants, sharing is
+ *   `prefix-cache-shared-across-tenants` (critical) and a timing effect `prefix-timing-side-channel`; between
+ *   the synthetic identities (same key, random salts) either is `cache-salt-ignored` (info): the endpoint
+ *   ignores cache_salt, and no boundary anyone declared was crossed.
+ * - A timing effect for B that B's own cached tokens contradict (reported, trustworthy by A's control, and no
+ *   reuse for B) is raised only if a second, independent set of rounds confirms it (a false alarm seen in a
+ *   full run: one window of pairs skewed by what earlier scenarios left running).
+ * - Requests the endpoint fails (llama-server ends some streams with an error on noise output) are never
+ *   answers: up to as many rounds again are played while the timing test lacks answered pairs.
+ * - Outcome: fail on any finding above info; not-applicable when an exact same-tenant re-send shows no reuse
+ *   (prefix-reuse.ts), or when only synthetic identities were compared and they share (cache-salt-ignored);
+ *   pass only when the control showed reuse, B showed none, and the timing test ran (enough pairs to reach
+ *   alpha); otherwise inconclusive with the reasons.
  */
 import { randomInt } from 'node:crypto';
 import { makeFinding, type Finding } from '../findings.js';
@@ -114,7 +125,10 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
    * judged; an error is never read as an answer).
    */
   const play = async (done: Round[], planned: number, escalate: boolean): Promise<void> => {
-    for (let i = 0; !ctx.signal.aborted && (i < planned || (i < 2 * planned && usablePairs(done) < needed)); i++) {
+    // Extra rounds only while the timing test still matters: not once synthetic identities showed, by cached
+    // tokens, that the endpoint ignores cache_salt (the timing test has nothing left to decide then).
+    const moot = (): boolean => !pair.declared && tokenFacts(done).shared.length > 0;
+    for (let i = 0; !ctx.signal.aborted && (i < planned || (i < 2 * planned && usablePairs(done) < needed && !moot())); i++) {
       if (escalate && i === 1 && ctx.tuning.timingPairs === undefined && ctx.tuning.prefixTokens === undefined && !reportsCachedTokens(done[0]!)) {
         // Without cached tokens the timing test alone speaks for B: give it more pairs and a longer prefix to skip.
         const longer = await prefixMarkerCount(ctx, UNREPORTED_PREFIX_FACTOR * (ctx.tuning.prefixTokens ?? DEFAULT_PREFIX_TOKENS), maxTokens);
