@@ -33,7 +33,7 @@ describe('kvcanary run against llama.cpp llama-server', () => {
     it(`judges ${layout.name} clean: exit 0, pass, from llama.cpp's own signals`, async () => {
       server = await startLlamaServer(layout.args);
       const started = Date.now();
-      const r = await runCli(['run', '--target', server.url, '--json', '-q'], { timeoutMs: 240_000 });
+      const r = await runCli(['run', '--target', server.url, '--json', '-q'], { timeoutMs: 540_000 });
       const seconds = ((Date.now() - started) / 1000).toFixed(1);
       const run = JSON.parse(r.stdout) as RunJson;
       const by = Object.fromEntries(run.scenarios.map((s) => [s.name, s]));
@@ -61,6 +61,6 @@ describe('kvcanary run against llama.cpp llama-server', () => {
       expect(churn.outcome).toBe('pass');
       expect(churn.notes.join('\n')).toMatch(/pins its sends and its churn to one of \d+ slot/);
       expect(churn.notes.join('\n')).toMatch(layout.args.includes('--cache-ram') ? /P evicted by the churn/ : /P (evicted by the churn|restored from a copy kept beyond the slot)/);
-    });
+    }, 600_000);
   }
 });

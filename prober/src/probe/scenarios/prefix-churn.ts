@@ -279,7 +279,8 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], pool: 
     // KV came from a copy kept beyond the slot's cells (the host prompt cache, --cache-ram). Greedy decoding
     // over P's own KV continues exactly as the fresh computation did (warm = control shows this endpoint is
     // deterministic across a cache hit); a restore of cells another request wrote would not.
-    const slotTaken = r.slot !== undefined && r.slotHeldAfterChurn !== undefined && r.control?.result.usage?.promptTokens !== r.slotHeldAfterChurn;
+    // A slot holds one sequence: an answered planter pinned to P's slot took its cells.
+    const slotTaken = r.slot !== undefined && (r.churn?.ok ?? 0) > 0;
     const keptBeyondSlot = controlReuse && rr !== undefined && rr >= c! && slotTaken;
     const deterministic = r.text.warm.length > 0 && r.text.control === r.text.warm;
     const intact = keptBeyondSlot && deterministic && r.text.reread.startsWith(r.text.control);

@@ -67,6 +67,8 @@ const DEFAULT_PREFIX_TOKENS = 512;
  */
 const UNREPORTED_TIMING_PAIRS = 24;
 const UNREPORTED_PREFIX_FACTOR = 4;
+/** Rounds of cached-token sharing between synthetic identities after which the scenario stops (cache_salt ignored). */
+const MOOT_AFTER = 2;
 
 function reportsCachedTokens(round: Round): boolean {
   return [round.plant, round.control, round.reader, round.fresh].some((s) => s?.ex.result.usage?.cachedTokens !== undefined);
@@ -125,10 +127,10 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
    * judged; an error is never read as an answer).
    */
   const play = async (done: Round[], planned: number, escalate: boolean): Promise<void> => {
-    // Extra rounds only while the timing test still matters: not once synthetic identities showed, by cached
-    // tokens, that the endpoint ignores cache_salt (the timing test has nothing left to decide then).
-    const moot = (): boolean => !pair.declared && tokenFacts(done).shared.length > 0;
-    for (let i = 0; !ctx.signal.aborted && (i < planned || (i < 2 * planned && usablePairs(done) < needed && !moot())); i++) {
+    // Once synthetic identities showed in MOOT_AFTER rounds, by cached tokens, that the endpoint ignores
+    // cache_salt, there is no declared boundary left to test and the timing test has nothing to decide: stop.
+    const moot = (): boolean => !pair.declared && tokenFacts(done).shared.length >= MOOT_AFTER;
+    for (let i = 0; !ctx.signal.aborted && !moot() && (i < planned || (i < 2 * planned && usablePairs(done) < needed)); i++) {
       if (escalate && i === 1 && ctx.tuning.timingPairs === undefined && ctx.tuning.prefixTokens === undefined && !reportsCachedTokens(done[0]!)) {
         // Without cached tokens the timing test alone speaks for B: give it more pairs and a longer prefix to skip.
         const longer = await prefixMarkerCount(ctx, UNREPORTED_PREFIX_FACTOR * (ctx.tuning.prefixTokens ?? DEFAULT_PREFIX_TOKENS), maxTokens);
@@ -160,7 +162,9 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
 
   const done: Round[] = [];
   await play(done, rounds, true);
-  if (done.length < rounds) out.note(`stopped after ${done.length} of ${rounds} rounds (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
+  if (done.length < rounds && !ctx.signal.aborted && !pair.declared && tokenFacts(done).shared.length >= MOOT_AFTER) {
+    out.note(`stopped after ${done.length} round(s): cached tokens show the endpoint ignores cache_salt, and no other boundary was declared`);
+  } else if (done.length < rounds) out.note(`stopped after ${done.length} of ${rounds} rounds (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
   else if (done.length > rounds) out.note(`${done.length - rounds} extra round(s): requests went unanswered and the timing test needs ${needed} answered pairs`);
 
   // A timing effect for B that B's own cached tokens contradict (reported, reuse shown for A, none for B) is
