@@ -35,6 +35,15 @@ describe('kvcanary run against llama.cpp llama-server', () => {
     server = undefined;
   });
 
+  it('fails fast with the tail of llama-server\'s output when the server cannot start', async () => {
+    const err = await startLlamaServer(['-c', '4096', '--no-such-flag']).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(err?.message).toMatch(/exited .* before listening/);
+    expect(err?.message).toMatch(/no-such-flag/);
+  });
+
   for (const layout of LAYOUTS) {
     it(`judges ${layout.name} clean: exit 0, pass, from llama.cpp's own signals`, async () => {
       server = await startLlamaServer([...layout.args, ...THREADS]);
