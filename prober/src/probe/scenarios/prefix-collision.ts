@@ -79,7 +79,7 @@ export async function prefixCollision(ctx: ScenarioContext): Promise<ScenarioRes
   const perMarker = await tokensPerMarker(tokenizeIds);
   if (perMarker === undefined) {
     out.note('/tokenize did not answer with token ids');
-    return out.finish('inconclusive');
+    return finishUnbuilt(ctx, out);
   }
   let count = Math.ceil((ctx.tuning.prefixTokens ?? 512) / perMarker);
   if (contextTokens !== undefined) count = Math.min(count, Math.floor((contextTokens - maxTokens - SUFFIX_ALLOWANCE_TOKENS) / perMarker));
