@@ -93,7 +93,12 @@ export function createProbeSeries(opts: ProbeSeriesOptions): ProbeSeries {
     name: opts.name ?? 'bench',
     baseUrl: opts.url,
     headers: {},
-    tenants: [],
+    // Two tenants the operator declared apart by cache_salt: sharing across them is a leak (critical), where the
+    // prober's own synthetic salt identities would only show the engine ignores cache_salt (cache-salt-ignored, info).
+    tenants: [
+      { name: 'tenant-a', cacheSalt: 'bench-tenant-a' },
+      { name: 'tenant-b', cacheSalt: 'bench-tenant-b' },
+    ],
     scenarios: [],
     schedule: { intervalMs: timeoutMs * 2, timeoutMs, jitterMs: 0 },
     budget: { tokensPerHour: Number.MAX_SAFE_INTEGER },

@@ -61,7 +61,12 @@ async function measure(engine: (typeof ENGINES)[number], setting: Setting, cycle
     name: 'timing',
     baseUrl: e.url,
     headers: {},
-    tenants: [],
+    // Two tenants the operator declared apart by cache_salt: sharing across them is a leak (critical), where the
+    // prober's own synthetic salt identities would only show the engine ignores cache_salt (cache-salt-ignored, info).
+    tenants: [
+      { name: 'tenant-a', cacheSalt: 'bench-tenant-a' },
+      { name: 'tenant-b', cacheSalt: 'bench-tenant-b' },
+    ],
     scenarios: [],
     schedule: { intervalMs: 120_000, timeoutMs: 60_000, jitterMs: 0 },
     budget: { tokensPerHour: Number.MAX_SAFE_INTEGER },

@@ -45,6 +45,11 @@ export interface PrefixCacheServerOptions {
   enforceContext?: boolean;
   /** Answer every Nth completion request with a 503 (an endpoint that fails some requests). */
   failEvery?: number;
+  /**
+   * A second tier that ignores the salt and shortens prefill on a hit, while cached_tokens report only the
+   * salted cache's hits: a real timing side channel that the reported counts do not show.
+   */
+  hiddenSharedTier?: boolean;
 }
 
 export interface PrefixCacheStats {
@@ -84,9 +89,10 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
   const cache = new Map<string, Writer>();
   const stats: PrefixCacheStats = { requests: 0, hits: 0, crossSaltHits: 0, continued: 0 };
 
-  const blockKeys = (prompt: string, salt: string): string[] => {
+  const shared = new Set<string>();
+  const blockKeys = (prompt: string, salt: string, unsalted = false): string[] => {
     const keys: string[] = [];
-    let prev = opts.ignoreSalt ? '' : `salt:${salt}`;
+    let prev = opts.ignoreSalt || unsalted ? '' : `salt:${salt}`;
     for (let i = 0; i + blockChars <= prompt.length; i += blockChars) {
       prev = createHash('sha256').update(prev).update('\u0000').update(prompt.slice(i, i + blockChars)).digest('hex');
       keys.push(prev);
@@ -141,6 +147,14 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
     if (matched > 0) stats.hits++;
     if (crossed) stats.crossSaltHits++;
     const cachedTokens = matched * blockChars;
+    let hidden = 0;
+    if (opts.hiddenSharedTier) {
+      for (const key of blockKeys(prompt, '', true)) {
+        if (!shared.has(key)) break;
+        hidden++;
+      }
+    }
+    const skipped = Math.max(cachedTokens, hidden * blockChars);
 
     let text: string;
     if (opts.leaky && last !== undefined) {
@@ -154,7 +168,8 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
     const writer: Writer = { prompt, output: text, salt };
 
     if (stream) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-    await new Promise((r) => setTimeout(r, baseMs + (prompt.length - cachedTokens) * perToken));
+    await new Promise((r) => setTimeout(r, baseMs + (prompt.length - skipped) * perToken));
+    if (opts.hiddenSharedTier) for (const key of blockKeys(prompt, '', true)) shared.add(key);
     if (!opts.noCache) {
       for (const key of keys) {
         if (cache.has(key)) continue;

@@ -76,16 +76,28 @@ describe('kvcanary run against the bundled engine', () => {
 });
 
 describe('prefix-isolation against the bundled engine', () => {
-  const run = async (options: StartEngineOptions): Promise<{ code: number | null; doc: RunDoc }> => {
+  const run = async (options: StartEngineOptions, extra: string[] = [], env: Record<string, string> = {}): Promise<{ code: number | null; doc: RunDoc }> => {
     engine = await startEngine({ scale: 64, ...options });
-    const r = await runCli(['run', '--target', engine.url, '--json', '-q', '--scenario', 'prefix-isolation'], { timeoutMs: 120_000 });
+    const r = await runCli(['run', '--target', engine.url, '--json', '-q', '--scenario', 'prefix-isolation', ...extra], { timeoutMs: 120_000, env });
     return { code: r.code, doc: JSON.parse(r.stdout) as RunDoc };
   };
 
-  it('prefix-cache-ignores-salt: prefix-cache-shared-across-tenants', async () => {
-    const { code, doc } = await run({ preset: 'single', faults: ['prefix-cache-ignores-salt'] });
-    expect(doc.findings.map((f) => f.kind)).toContain('prefix-cache-shared-across-tenants');
+  it('prefix-cache-ignores-salt, two configured tenants with different keys: prefix-cache-shared-across-tenants, critical', async () => {
+    const { code, doc } = await run({ preset: 'single', faults: ['prefix-cache-ignores-salt'] }, ['--tenant', 'alice=KVC_TEST_ALICE', '--tenant', 'bob=KVC_TEST_BOB'], {
+      KVC_TEST_ALICE: 'sk-alice-000000000001',
+      KVC_TEST_BOB: 'sk-bob-000000000002',
+    });
+    const shared = doc.findings.find((f) => f.kind === 'prefix-cache-shared-across-tenants') as { severity?: string } | undefined;
+    expect(shared?.severity).toBe('critical');
     expect(code).toBe(1);
+  }, 120_000);
+
+  it('prefix-cache-ignores-salt, no tenants configured: the synthetic salt identities share, cache-salt-ignored (info)', async () => {
+    const { code, doc } = await run({ preset: 'single', faults: ['prefix-cache-ignores-salt'] });
+    expect(doc.findings.map((f) => f.kind)).toContain('cache-salt-ignored');
+    expect(doc.findings.map((f) => f.kind)).not.toContain('prefix-cache-shared-across-tenants');
+    expect(doc.scenarios[0]?.outcome).toBe('not-applicable');
+    expect(code).toBe(2); // nothing applicable was run: not a pass
   }, 120_000);
 
   it('hardened: pass (the same-tenant control showed reuse, the other tenant none)', async () => {
@@ -94,11 +106,24 @@ describe('prefix-isolation against the bundled engine', () => {
     expect(code).toBe(0);
   }, 120_000);
 
-  it('caching off: inconclusive, never a pass', async () => {
+  it('caching off: not-applicable with the evidence, never a pass', async () => {
     const { code, doc } = await run({ preset: 'hardened', prefixCache: false });
-    expect(doc.outcome).toBe('inconclusive');
+    expect(doc.scenarios[0]?.outcome).toBe('not-applicable');
+    expect(doc.outcome).toBe('not-applicable');
     expect(code).toBe(2);
   }, 120_000);
+});
+
+describe('a default run against the bundled engine without its prefix cache', () => {
+  it('remediated --no-prefix-cache: exit 0, the three prefix scenarios not-applicable', async () => {
+    engine = await startEngine({ scale: 64, preset: 'remediated', prefixCache: false });
+    const r = await runCli(['run', '--target', engine.url, '--json', '-q'], { timeoutMs: 240_000 });
+    const doc = JSON.parse(r.stdout) as RunDoc;
+    const outcome = (name: string): string | undefined => doc.scenarios.find((s) => s.name === name)?.outcome;
+    for (const name of ['prefix-isolation', 'prefix-collision', 'prefix-churn']) expect(outcome(name), name).toBe('not-applicable');
+    expect(doc.findings).toEqual([]);
+    expect({ outcome: doc.outcome, code: r.code }).toEqual({ outcome: 'pass', code: 0 });
+  }, 300_000);
 });
 
 describe('prefix-collision against the bundled engine', () => {

@@ -70,10 +70,10 @@ describe('prefix-churn without pool introspection', () => {
     expect(notes(result)).toMatch(/round 1: cached tokens warm 0, control [1-9]\d*, re-read 0;.*P evicted by the churn/);
   });
 
-  it('caching off: the control shows no reuse, inconclusive', async () => {
+  it('caching off: exact re-sends reported 0 cached tokens, so not-applicable with the evidence', async () => {
     const result = await probe(await toyCache({ noCache: true }));
-    expect(result.outcome).toBe('inconclusive');
-    expect(notes(result)).toMatch(/control showed no reuse/);
+    expect(result.outcome).toBe('not-applicable');
+    expect(notes(result)).toMatch(/not applicable: the endpoint shows no prompt-prefix reuse \(prefix-churn: exact same-tenant re-sends: cached tokens above the first send's in 0\/2/);
   });
 
   it('a token budget too small for the churn: inconclusive, nothing thrown', async () => {

@@ -11,7 +11,7 @@ import { startLlamaServer, type LlamaServer } from './llama-server.js';
 
 interface RunJson {
   outcome: string;
-  scenarios: Array<{ name: string; outcome: string; notes: string[]; findings: unknown[] }>;
+  scenarios: Array<{ name: string; outcome: string; notes: string[]; findings: unknown[]; durationMs: number }>;
   findings: Array<{ kind: string; severity: string }>;
 }
 
@@ -21,6 +21,12 @@ const LAYOUTS: Array<{ name: string; args: string[] }> = [
   { name: '-np 4 --kv-unified', args: ['-c', '4096', '-np', '4', '--kv-unified'] },
   { name: '-np 2 --cache-ram 0', args: ['-c', '4096', '-np', '2', '--cache-ram', '0'] },
 ];
+/**
+ * One compute thread: on a 2-core machine shared with the prober (and, in CI, other work), llama.cpp's
+ * default thread pool spin-waits at every barrier and slows to a crawl (6 short completions: 54 s with
+ * `-t 2` under load, 4 s with `-t 1`). Threads change nothing the prober judges (slots, cache, limits).
+ */
+const THREADS = ['-t', '1', '-tb', '1'];
 
 describe('kvcanary run against llama.cpp llama-server', () => {
   let server: LlamaServer | undefined;
@@ -29,15 +35,24 @@ describe('kvcanary run against llama.cpp llama-server', () => {
     server = undefined;
   });
 
+  it('fails fast with the tail of llama-server\'s output when the server cannot start', async () => {
+    const err = await startLlamaServer(['-c', '4096', '--no-such-flag']).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(err?.message).toMatch(/exited .* before listening/);
+    expect(err?.message).toMatch(/no-such-flag/);
+  });
+
   for (const layout of LAYOUTS) {
     it(`judges ${layout.name} clean: exit 0, pass, from llama.cpp's own signals`, async () => {
-      server = await startLlamaServer(layout.args);
+      server = await startLlamaServer([...layout.args, ...THREADS]);
       const started = Date.now();
-      const r = await runCli(['run', '--target', server.url, '--json', '-q'], { timeoutMs: 240_000 });
+      const r = await runCli(['run', '--target', server.url, '--json', '-q'], { timeoutMs: 540_000 });
       const seconds = ((Date.now() - started) / 1000).toFixed(1);
       const run = JSON.parse(r.stdout) as RunJson;
       const by = Object.fromEntries(run.scenarios.map((s) => [s.name, s]));
-      const summary = run.scenarios.map((s) => `${s.name}=${s.outcome}`).join(' ');
+      const summary = run.scenarios.map((s) => `${s.name}=${s.outcome} (${(s.durationMs / 1000).toFixed(1)}s)`).join(' ');
       // eslint-disable-next-line no-console
       console.log(`llama-server ${layout.name}: kvcanary run ${seconds}s, exit ${r.code}, ${run.outcome}: ${summary}`);
       const context = `${summary}\n${run.scenarios.map((s) => `${s.name}:\n  ${s.notes.join('\n  ')}`).join('\n')}\n--- llama-server:\n${server.tail().slice(-1500)}`;
@@ -61,6 +76,6 @@ describe('kvcanary run against llama.cpp llama-server', () => {
       expect(churn.outcome).toBe('pass');
       expect(churn.notes.join('\n')).toMatch(/pins its sends and its churn to one of \d+ slot/);
       expect(churn.notes.join('\n')).toMatch(layout.args.includes('--cache-ram') ? /P evicted by the churn/ : /P (evicted by the churn|restored from a copy kept beyond the slot)/);
-    });
+    }, 600_000);
   }
 });

@@ -25,10 +25,21 @@
  * response is `cross-request-leak`. B adds no power as a reader: the stale entry is keyed by A's prefix
  * (and salt); B serves as the other conversation whose pages A's entry outlives.
  *
- * Outcome: fail on any finding; pass when a round was exercised end to end — the control showed reuse,
- * the re-read was answered and showed P evicted — and no round kept P cached through churn that covered
- * the known pool (an entry that survived its pages without the text showing, or a tier beyond the exposed
- * pool: either way not established). Otherwise inconclusive with the reasons; never a throw.
+ * llama.cpp (its /slots listed): the cache is per slot, so every send of a round, the churn included, is
+ * pinned to one slot (`id_slot`) and the churn covers that slot's n_ctx cells. llama.cpp copies a slot's
+ * prompt to its host prompt cache (`--cache-ram`) when another request takes the slot, and restores it on a
+ * later hit: P then stays cached after churn that certainly took its cells. That restore is judged by its
+ * result: greedy decoding (temperature 0) over P's own KV continues exactly as the warm send's fresh
+ * computation did (the control, a cache hit before the churn, shows the endpoint is deterministic across a
+ * hit); a restore of cells another request wrote would not. An identical continuation counts as exercised.
+ *
+ * Outcome: fail on any finding; not-applicable when exact re-sends (warm → control) show no reuse at all
+ * (prefix-reuse.ts; or the cycle's prefix-isolation found none); pass when a round was exercised end to end
+ * — the control showed reuse, the re-read was answered and showed P evicted (or, on llama.cpp, restored
+ * intact) — and no round kept P cached through churn that covered the known pool (an entry that survived
+ * its pages without the text showing, or a tier beyond the exposed pool: either way not established).
+ * Otherwise inconclusive with the reasons; never a throw. Requests the endpoint fails are never answers:
+ * up to MAX_ROUNDS rounds are played while none was exercised end to end.
  */
 import { readerPrompt, repetitionsFor, tokensFor, type TokenLine } from '../prompts.js';
 import type { ScenarioResult } from '../result.js';
@@ -279,7 +290,8 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], pool: 
     // KV came from a copy kept beyond the slot's cells (the host prompt cache, --cache-ram). Greedy decoding
     // over P's own KV continues exactly as the fresh computation did (warm = control shows this endpoint is
     // deterministic across a cache hit); a restore of cells another request wrote would not.
-    const slotTaken = r.slot !== undefined && r.slotHeldAfterChurn !== undefined && r.control?.result.usage?.promptTokens !== r.slotHeldAfterChurn;
+    // A slot holds one sequence: an answered planter pinned to P's slot took its cells.
+    const slotTaken = r.slot !== undefined && (r.churn?.ok ?? 0) > 0;
     const keptBeyondSlot = controlReuse && rr !== undefined && rr >= c! && slotTaken;
     const deterministic = r.text.warm.length > 0 && r.text.control === r.text.warm;
     const intact = keptBeyondSlot && deterministic && r.text.reread.startsWith(r.text.control);

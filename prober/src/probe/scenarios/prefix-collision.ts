@@ -23,7 +23,8 @@
  *   `cross-request-leak`.
  * - Needs /v1/completions (a token-id prompt) and a /tokenize that lists ids; without them, or without a
  *   control that shows reuse (caching off, or cached tokens not reported), the scenario is inconclusive:
- *   a miss then proves nothing.
+ *   a miss then proves nothing — except where the endpoint demonstrably has no prefix cache (the exact
+ *   re-sends reported no reuse, here or in the cycle's prefix-isolation: prefix-reuse.ts): not-applicable.
  */
 import { makeFinding } from '../findings.js';
 import { generateMarker } from '../markers.js';
@@ -79,7 +80,7 @@ export async function prefixCollision(ctx: ScenarioContext): Promise<ScenarioRes
   const perMarker = await tokensPerMarker(tokenizeIds);
   if (perMarker === undefined) {
     out.note('/tokenize did not answer with token ids');
-    return out.finish('inconclusive');
+    return finishUnbuilt(ctx, out);
   }
   let count = Math.ceil((ctx.tuning.prefixTokens ?? 512) / perMarker);
   if (contextTokens !== undefined) count = Math.min(count, Math.floor((contextTokens - maxTokens - SUFFIX_ALLOWANCE_TOKENS) / perMarker));

@@ -29,8 +29,19 @@
  *   sign-flip permutation test at `timingAlpha` (default 0.001) plus a minimum effect `timingMinEffect`
  *   (default: 20% faster in median). Significant and large: `prefix-timing-side-channel`. The same test
  *   on A's control vs the round's fresh prefix measures the effect a cache hit has at all (in the notes).
- * - Outcome: fail on any finding; pass only when the control showed reuse, B showed none, and the timing
- *   test ran (enough pairs to reach alpha); otherwise inconclusive with the reasons.
+ * - Declared boundaries (tenant-pair.ts): between configured tenants, sharing is
+ *   `prefix-cache-shared-across-tenants` (critical) and a timing effect `prefix-timing-side-channel`; between
+ *   the synthetic identities (same key, random salts) either is `cache-salt-ignored` (info): the endpoint
+ *   ignores cache_salt, and no boundary anyone declared was crossed.
+ * - A timing effect for B that B's own cached tokens contradict (reported, trustworthy by A's control, and no
+ *   reuse for B) is raised only if a second, independent set of rounds confirms it (a false alarm seen in a
+ *   full run: one window of pairs skewed by what earlier scenarios left running).
+ * - Requests the endpoint fails (llama-server ends some streams with an error on noise output) are never
+ *   answers: up to as many rounds again are played while the timing test lacks answered pairs.
+ * - Outcome: fail on any finding above info; not-applicable when an exact same-tenant re-send shows no reuse
+ *   (prefix-reuse.ts), or when only synthetic identities were compared and they share (cache-salt-ignored);
+ *   pass only when the control showed reuse, B showed none, and the timing test ran (enough pairs to reach
+ *   alpha); otherwise inconclusive with the reasons.
  */
 import { randomInt } from 'node:crypto';
 import { makeFinding, type Finding } from '../findings.js';
@@ -56,6 +67,8 @@ const DEFAULT_PREFIX_TOKENS = 512;
  */
 const UNREPORTED_TIMING_PAIRS = 24;
 const UNREPORTED_PREFIX_FACTOR = 4;
+/** Rounds of cached-token sharing between synthetic identities after which the scenario stops (cache_salt ignored). */
+const MOOT_AFTER = 2;
 
 function reportsCachedTokens(round: Round): boolean {
   return [round.plant, round.control, round.reader, round.fresh].some((s) => s?.ex.result.usage?.cachedTokens !== undefined);
@@ -114,7 +127,10 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
    * judged; an error is never read as an answer).
    */
   const play = async (done: Round[], planned: number, escalate: boolean): Promise<void> => {
-    for (let i = 0; !ctx.signal.aborted && (i < planned || (i < 2 * planned && usablePairs(done) < needed)); i++) {
+    // Once synthetic identities showed in MOOT_AFTER rounds, by cached tokens, that the endpoint ignores
+    // cache_salt, there is no declared boundary left to test and the timing test has nothing to decide: stop.
+    const moot = (): boolean => !pair.declared && tokenFacts(done).shared.length >= MOOT_AFTER;
+    for (let i = 0; !ctx.signal.aborted && !moot() && (i < planned || (i < 2 * planned && usablePairs(done) < needed)); i++) {
       if (escalate && i === 1 && ctx.tuning.timingPairs === undefined && ctx.tuning.prefixTokens === undefined && !reportsCachedTokens(done[0]!)) {
         // Without cached tokens the timing test alone speaks for B: give it more pairs and a longer prefix to skip.
         const longer = await prefixMarkerCount(ctx, UNREPORTED_PREFIX_FACTOR * (ctx.tuning.prefixTokens ?? DEFAULT_PREFIX_TOKENS), maxTokens);
@@ -146,7 +162,9 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
 
   const done: Round[] = [];
   await play(done, rounds, true);
-  if (done.length < rounds) out.note(`stopped after ${done.length} of ${rounds} rounds (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
+  if (done.length < rounds && !ctx.signal.aborted && !pair.declared && tokenFacts(done).shared.length >= MOOT_AFTER) {
+    out.note(`stopped after ${done.length} round(s): cached tokens show the endpoint ignores cache_salt, and no other boundary was declared`);
+  } else if (done.length < rounds) out.note(`stopped after ${done.length} of ${rounds} rounds (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
   else if (done.length > rounds) out.note(`${done.length - rounds} extra round(s): requests went unanswered and the timing test needs ${needed} answered pairs`);
 
   // A timing effect for B that B's own cached tokens contradict (reported, reuse shown for A, none for B) is
