@@ -77,7 +77,7 @@ const AIMED: Readonly<Record<string, readonly string[]>> = {
 
 /**
  * The free list a fault's cells use: late writes land in pages the next owner got right away, which an idle
- * FIFO pool never hands out soon (the fifo cell is in --full, where it shows exactly that).
+ * FIFO pool rarely hands out soon; the default (fifo) cell runs beside it and shows exactly that.
  */
 const FREE_LIST: Readonly<Record<string, FreeListPolicy>> = { 'late-write': 'lifo' };
 
@@ -138,7 +138,8 @@ function faultCells(full: boolean): EngineCell[] {
     const freeList = FREE_LIST[fault];
     const opts = { aimed, ...(freeList !== undefined ? { freeList } : {}) };
     if (!incident) out.push(cell(preset, faults, [], 'positive', `${WHY[fault] ?? fault}${freeList !== undefined ? ` (${freeList} free list)` : ''}`, opts));
-    if (!incident && full && freeList !== undefined) out.push(cell(preset, faults, [], 'positive', `${WHY[fault] ?? fault} (fifo free list, idle pool)`, { aimed }));
+    // The default free list (fifo) too, so the report says what a lifo-only cell would hide.
+    if (!incident && freeList !== undefined) out.push(cell(preset, faults, [], 'positive', `${WHY[fault] ?? fault} (fifo free list, idle pool)`, { aimed }));
     const defenses = known(full ? [...(ADDRESSES[fault] ?? []), ...(ADDRESSES_FULL[fault] ?? [])] : ADDRESSES_DEFAULT[fault] ?? [], DEFENSES);
     for (const d of defenses) out.push(cell(preset, faults, [d], 'defense', `${incident ? 'the incident' : fault} with ${d} alone`, opts));
   }

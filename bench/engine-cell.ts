@@ -56,6 +56,13 @@ export type CellStart = { ok: true; engine: CellEngine } | { ok: false; reason: 
 export interface CellStartOptions {
   scale: number;
   freeList?: FreeListPolicy;
+  /** The model's copy fidelity (engine `--model-ngram`, `--model-beta`); the engine's defaults otherwise. */
+  model?: { ngram?: number; beta?: number };
+  /**
+   * Sampling temperature for every generation request, as if each request carried it (the prober itself
+   * always asks for 0). Each request gets its own seed, so sampled requests do not share one random stream.
+   */
+  temperature?: number;
 }
 
 export async function startCellEngine(cell: EngineCell, opts: CellStartOptions): Promise<CellStart> {
@@ -67,6 +74,7 @@ export async function startCellEngine(cell: EngineCell, opts: CellStartOptions):
     ...(cell.faults.length > 0 ? { faults: [...cell.faults] } : {}),
     ...(cell.defenses.length > 0 ? { defenses: [...cell.defenses] } : {}),
     ...((opts.freeList ?? cell.freeList) !== undefined ? { freeList: opts.freeList ?? cell.freeList } : {}),
+    ...(opts.model !== undefined ? { model: { ...opts.model } } : {}),
     log: (line: string) => (lines.length < 20 ? lines.push(line.slice(0, 200)) : dropped++),
   };
   let running: RunningEngine;
@@ -85,7 +93,10 @@ export async function startCellEngine(cell: EngineCell, opts: CellStartOptions):
   const submissions: Submissions = { planted: new Set(), all: new Set(), markers: new Set() };
   const engineObject = running.engine;
   const submit = engineObject.submit.bind(engineObject);
-  engineObject.submit = (request) => {
+  let sampled = 0;
+  const temperature = opts.temperature;
+  engineObject.submit = (asked) => {
+    const request = temperature === undefined ? asked : { ...asked, sampling: { ...asked.sampling, temperature, seed: (0x9e3779b9 * ++sampled) >>> 0 } };
     const result = submit(request);
     if (result.ok) {
       const id = result.request.id;

@@ -10,7 +10,7 @@ import { parseArgs } from 'node:util';
  */
 export const DEFAULT_SCALE = 128;
 
-export const SECTIONS = ['components', 'overhead', 'matrix', 'load', 'false-positives', 'cost'] as const;
+export const SECTIONS = ['components', 'overhead', 'matrix', 'load', 'false-positives', 'cost', 'copy-fidelity'] as const;
 export type Section = (typeof SECTIONS)[number];
 
 export interface BenchOptions {
@@ -24,6 +24,10 @@ export interface BenchOptions {
   pairs: number;
   /** Cycles per planter size in the cost search. */
   searchCycles: number;
+  /** Cycles per copy-fidelity row. */
+  fidelityCycles: number;
+  /** Keep the other sections of an existing report.json in --out and replace only those run. */
+  merge: boolean;
   /** Seconds of steady-state measurement of `serve`. */
   overheadWindowS: number;
   only: Section[];
@@ -55,6 +59,9 @@ export const BENCH_USAGE = `usage: npm run bench -- [options]
   --pairs N            false-positive probe pairs per target (default 1000; --full 10000)
   --search-cycles N    cycles per planter size (default 100)
   --overhead-window S  seconds of steady-state serve measurement (default 30)
+  --fidelity-cycles N  cycles per copy-fidelity row (default 30)
+  --merge              with --out: keep the sections of the report.json already there and replace only
+                       those this run measures (e.g. --only copy-fidelity --out bench --merge)
   --only SECTION       repeatable: ${SECTIONS.join(', ')}
   --cell ID            repeatable: only these engine cells (ids as in the report, e.g. incident+page-tags)
   --scenario NAME      repeatable: only these scenarios
@@ -87,6 +94,8 @@ export function parseBenchArgs(argv: string[], defaultOut: string): BenchOptions
         pairs: { type: 'string' },
         'search-cycles': { type: 'string' },
         'overhead-window': { type: 'string' },
+        'fidelity-cycles': { type: 'string' },
+        merge: { type: 'boolean', default: false },
         only: { type: 'string', multiple: true },
         cell: { type: 'string', multiple: true },
         scenario: { type: 'string', multiple: true },
@@ -102,6 +111,7 @@ export function parseBenchArgs(argv: string[], defaultOut: string): BenchOptions
   const only = (v.only ?? []) as string[];
   for (const s of only) if (!(SECTIONS as readonly string[]).includes(s)) throw new BenchUsageError(`--only: unknown section '${s}' (expected one of ${SECTIONS.join(', ')})`);
   const full = v.full;
+  if (v.merge && v.out === undefined) throw new BenchUsageError('--merge: needs --out DIR (the report.json to merge into)');
   const partial = only.length > 0 || (v.cell ?? []).length > 0 || (v.scenario ?? []).length > 0;
   return {
     full,
@@ -111,6 +121,8 @@ export function parseBenchArgs(argv: string[], defaultOut: string): BenchOptions
     pairs: positiveInt('--pairs', v.pairs, full ? 10_000 : 1000),
     searchCycles: positiveInt('--search-cycles', v['search-cycles'], full ? 200 : 100),
     overheadWindowS: positiveInt('--overhead-window', v['overhead-window'], full ? 120 : 30, 5),
+    fidelityCycles: positiveInt('--fidelity-cycles', v['fidelity-cycles'], 30),
+    merge: v.merge,
     only: only as Section[],
     cells: v.cell ?? [],
     scenarios: v.scenario ?? [],
@@ -136,6 +148,7 @@ export function reproduce(opts: BenchOptions, section: Section, narrow: { cell?:
   if (section === 'load' && opts.loadCycles !== def(100, 30)) args.push(`--load-cycles ${opts.loadCycles}`);
   if (section === 'false-positives' && opts.pairs !== def(10_000, 1000)) args.push(`--pairs ${opts.pairs}`);
   if (section === 'cost' && opts.searchCycles !== def(200, 100)) args.push(`--search-cycles ${opts.searchCycles}`);
+  if (section === 'copy-fidelity' && opts.fidelityCycles !== 30) args.push(`--fidelity-cycles ${opts.fidelityCycles}`);
   if (section === 'overhead' && opts.overheadWindowS !== def(120, 30)) args.push(`--overhead-window ${opts.overheadWindowS}`);
   return args.join(' ');
 }

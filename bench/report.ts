@@ -5,6 +5,7 @@
  */
 import type { MatrixCell, MatrixResult } from './detection.js';
 import type { ComponentRun } from './components.js';
+import type { CopyFidelityResult, FidelityRow } from './copy-fidelity.js';
 import { DETECTION_GOAL, type CostResult, type PlanterPoint } from './cost.js';
 import type { FalsePositiveResult } from './false-positives.js';
 import type { LoadResult, LoadSweep } from './load.js';
@@ -36,6 +37,7 @@ export interface BenchReport {
     load?: SectionRun<LoadResult>;
     falsePositives?: SectionRun<FalsePositiveResult>;
     cost?: SectionRun<CostResult>;
+    copyFidelity?: SectionRun<CopyFidelityResult>;
   };
 }
 
@@ -668,7 +670,62 @@ export function renderMarkdown(r: BenchReport): string {
   if (s.load !== undefined) parts.push(loadSection(s.load));
   if (s.falsePositives !== undefined) parts.push(fpSection(s.falsePositives));
   if (s.cost !== undefined || s.matrix?.result !== undefined) parts.push(costSection(s.cost, s.matrix?.result, s.matrix?.command));
+  if (s.copyFidelity !== undefined) parts.push(copyFidelitySection(s.copyFidelity));
   if (s.overhead !== undefined) parts.push(overheadSection(s.overhead));
   if (s.components !== undefined) parts.push(componentsSection(s.components));
   return parts.join('\n\n') + '\n';
+}
+
+// ---------------------------------------------------------------------------------------- copy fidelity
+
+const ratio = (k: number, n: number): string => `${k}/${n}`;
+
+/** The copy-fidelity curve, per planter layout: where each signal held per cycle and where it fell. */
+export function fidelityCurve(result: CopyFidelityResult): string {
+  const all = result.rows.filter((r) => r.unavailable === undefined && r.cycles > 0);
+  if (all.length === 0) return 'No row measured.';
+  const name = (r: FidelityRow): string => `ngram ${r.ngram}, beta ${r.beta}, T ${r.temperature}`;
+  const lines: string[] = [];
+  for (const layout of [...new Set(all.map((r) => r.layout))]) {
+    const rows = all.filter((r) => r.layout === layout);
+    const lowest = rows.reduce((a, b) => (b.markerRecall < a.markerRecall ? b : a));
+    const whole = rows.reduce((a, r) => a + r.wholeMarkerCycles, 0);
+    const marker = rows.reduce((a, r) => a + r.markerCycles, 0);
+    const cycles = rows.reduce((a, r) => a + r.cycles, 0);
+    lines.push(
+      `- ${layout} planters: the marker signal caught every cycle in ${rows.filter((r) => r.markerRecall === 1).length} of ${rows.length} settings, lowest ${fixed(lowest.markerRecall, 2)} (${name(lowest)}); ` +
+        `the rejection signal every cycle in ${rows.filter((r) => r.rejectionRecall === 1).length} of ${rows.length}. ` +
+        `Whole markers came back in ${whole} of ${cycles} cycles and the marker signal fired in ${marker}: fragment matching added ${marker - whole} cycles.`,
+    );
+  }
+  return lines.join('\n');
+}
+
+function copyFidelitySection(run: SectionRun<CopyFidelityResult>): string {
+  if (run.result === undefined) return `## 6. Copy fidelity\n\nNot measured: ${run.error ?? 'skipped'}.`;
+  const r = run.result;
+  const rows = r.rows.map((x) => [
+    x.layout,
+    String(x.ngram),
+    String(x.beta),
+    String(x.temperature),
+    x.unavailable !== undefined ? `unavailable: ${x.unavailable}` : String(x.cycles),
+    `${fixed(x.markerRecall, 2)} (${ratio(x.markerCycles, x.cycles)})`,
+    `${fixed(x.rejectionRecall, 2)} (${ratio(x.rejectionCycles, x.cycles)})`,
+    ratio(x.wholeMarkerCycles, x.cycles),
+    `${int(x.exposedResponses)} / ${int(x.flaggedResponses)} / ${int(x.wholeMarkerResponses)}`,
+  ]);
+  return `## 6. Copy fidelity
+
+\`${r.cell}\` × ${r.scenario}, ${r.cyclesPerRow} cycles a row, scale 1/${r.scale}, each row on a fresh engine. Reproduce: ${cmd(run.command)} (${int(run.seconds)} s).
+
+The bundled model is an exact copy head by default (ngram ${r.defaults.ngram}, beta ${r.defaults.beta}, greedy): a 1.00 elsewhere in this report is its best case. Here it copies less faithfully: a shorter n-gram (\`--model-ngram\`) keys the copy on less context, a lower beta (\`--model-beta\`) flattens attention, and a temperature above 0 samples instead of taking the argmax (set on every request the engine admits; the prober asks for 0).
+
+${table(['planters', 'ngram', 'beta', 'temperature', 'cycles', 'marker recall (per cycle)', 'rejection recall (per cycle)', 'cycles with a whole marker back', 'exposed / flagged by marker / whole-marker responses'], rows)}
+
+${fidelityCurve(r)}
+
+**How to read it.** Recall here is per cycle: every cycle of this cell leaks (the engine's ground truth counts foreign reads in each), so the fraction of cycles a signal fired is its recall. "Cycles with a whole marker back" counts cycles in which at least one response carried a complete planted marker body (the tap's own check, independent of the prober): where the marker signal fired in more cycles than that, the scanner's fragment matching (pieces of a marker, registered per cycle) made the difference. The rejection signal does not depend on what the model copies: it is the 200 itself.
+
+**Planter layouts.** \`dense\` is the prober's default: every marker distinct, separated by spaces. Every marker then follows the same 9-character cue, so the first character after the reader's cue is a blend of every planted marker's first character: an exact greedy copier picks one and follows it, but a copier that samples, attends flatly or keys on a longer context than the 9 shared characters loses the thread at the first character. \`repeated\` (probe tuning \`planterLayout: 'repeated'\`) plants one marker per planter, every copy led by the very line readers end with, so the continuation is unambiguous wherever attention lands and an induction context up to 35 characters still matches.`;
 }

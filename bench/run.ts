@@ -6,7 +6,7 @@
  * load sweep) alone. The others keep `--jobs` series in flight at once in this process (pool.ts): their
  * figures are counts, and a cycle against the bundled engine spends most of its wall time waiting.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { join, relative } from 'node:path';
 import { SCENARIO_NAMES } from '../prober/src/probe/scenarios/index.js';
@@ -14,6 +14,7 @@ import { ALL_CELLS, LOAD_CELLS, LOAD_LEVELS, LOAD_LEVELS_QUICK, matrixCells as d
 import { createChildTracker, REPO_ROOT } from './child.js';
 import { runComponent } from './components.js';
 import { COST_CELL, COST_FALLBACK, PLANTER_FRACTIONS, PLANTER_FRACTIONS_QUICK, runCost } from './cost.js';
+import { runCopyFidelity } from './copy-fidelity.js';
 import { runMatrix } from './detection.js';
 import { runFalsePositives } from './false-positives.js';
 import { runLoadSection } from './load.js';
@@ -161,21 +162,54 @@ export async function main(argv: string[]): Promise<number> {
       }),
     );
   }
+  if (runsSection(opts, 'copy-fidelity')) {
+    report.sections.copyFidelity = await section('copy fidelity', reproduce(opts, 'copy-fidelity'), () =>
+      runCopyFidelity({ cycles: opts.fidelityCycles, scale: opts.scale, jobs: opts.jobs, progress }),
+    );
+  }
 
   report.machine.loadAverageEnd = loadavg();
   report.seconds = (performance.now() - started) / 1000;
-  const markdown = renderMarkdown(report);
+  const ran = report.sections;
+  const written = opts.merge && opts.out !== undefined ? mergeInto(join(opts.out, 'report.json'), report) : report;
+  const markdown = renderMarkdown(written);
   if (opts.out !== undefined) {
     mkdirSync(opts.out, { recursive: true });
-    writeFileSync(join(opts.out, 'report.json'), JSON.stringify(report, null, 1) + '\n');
+    writeFileSync(join(opts.out, 'report.json'), JSON.stringify(written, null, 1) + '\n');
     writeFileSync(join(opts.out, 'REPORT.md'), markdown);
     progress(`wrote ${join(opts.out, 'REPORT.md')} and report.json (${report.seconds.toFixed(0)} s)`);
   } else {
     process.stdout.write(markdown);
   }
-  const s = report.sections;
-  const runs: Array<SectionRun<unknown> | undefined> = [s.components?.scanner, s.components?.engine, s.overhead, s.matrix, s.load, s.falsePositives, s.cost];
+  const s = ran;
+  const runs: Array<SectionRun<unknown> | undefined> = [s.components?.scanner, s.components?.engine, s.overhead, s.matrix, s.load, s.falsePositives, s.cost, s.copyFidelity];
   return runs.some((r) => r?.error !== undefined) ? 1 : 0;
+}
+
+/**
+ * --merge: the report already in --out keeps its header (command, options, machine, seconds) and every
+ * section this run did not measure; the sections measured now replace theirs, each with its own command.
+ * A matrix run narrowed to some cells replaces those cells only (the others keep the old run's series).
+ */
+export function mergeInto(path: string, fresh: BenchReport): BenchReport {
+  if (!existsSync(path)) return fresh;
+  return mergeReports(JSON.parse(readFileSync(path, 'utf8')) as BenchReport, fresh);
+}
+
+export function mergeReports(old: BenchReport, fresh: BenchReport): BenchReport {
+  const sections = { ...old.sections, ...fresh.sections };
+  const before = old.sections.matrix?.result;
+  const now = fresh.sections.matrix;
+  if (before !== undefined && now?.result !== undefined && now.result.cycles === before.cycles && now.result.scale === before.scale) {
+    const replaced = new Set(now.result.cells.map((c) => c.cell.id));
+    const cells = [...before.cells.filter((c) => !replaced.has(c.cell.id)), ...now.result.cells];
+    sections.matrix = {
+      command: `${old.sections.matrix!.command}; ${now.command}`,
+      seconds: old.sections.matrix!.seconds + now.seconds,
+      result: { ...before, cells },
+    };
+  }
+  return { ...old, sections };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -6,7 +6,7 @@
 import type { ProbeTuning } from '../prober/src/probe/scenarios/context.js';
 import type { EngineCell, FreeListPolicy } from './cells.js';
 import { createProbeSeries, type CycleRecord, type FindingSample } from './cycle.js';
-import { startCellEngine, type CellEngine } from './engine-cell.js';
+import { startCellEngine, type CellEngine, type CellStartOptions } from './engine-cell.js';
 import { summarizeSeries, type SeriesSummary } from './summary.js';
 import { startTap } from './tap.js';
 
@@ -16,6 +16,9 @@ export interface SeriesSpec {
   cycles: number;
   scale: number;
   freeList?: FreeListPolicy;
+  /** Model copy fidelity and request temperature (engine-cell.ts); the engine's defaults otherwise. */
+  model?: CellStartOptions['model'];
+  temperature?: number;
   tuning?: ProbeTuning;
   /** Stops the series early once this says the answer is known (e.g. a size that already missed twice). */
   stopWhen?: (records: readonly CycleRecord[]) => boolean;
@@ -60,7 +63,12 @@ export interface SeriesResult {
 }
 
 export async function runSeries(spec: SeriesSpec, onCycle?: (r: CycleRecord) => void): Promise<SeriesResult> {
-  const started = await startCellEngine(spec.cell, { scale: spec.scale, ...(spec.freeList !== undefined ? { freeList: spec.freeList } : {}) });
+  const started = await startCellEngine(spec.cell, {
+    scale: spec.scale,
+    ...(spec.freeList !== undefined ? { freeList: spec.freeList } : {}),
+    ...(spec.model !== undefined ? { model: spec.model } : {}),
+    ...(spec.temperature !== undefined ? { temperature: spec.temperature } : {}),
+  });
   if (!started.ok) return { available: false, reason: started.reason };
   const engine = started.engine;
   const tap = await startTap(engine.url);

@@ -1,5 +1,5 @@
 /**
- * `npm run bench:timing [-- --cycles N]`
+ * `npm run bench:timing [-- --cycles N] [--json FILE]`
  *
  * The prefix-isolation timing test's power and false alarms, side by side in one run: on an engine whose
  * prefix cache ignores `cache_salt` (tenant B really reuses A's pages, so B's time to first token falls)
@@ -8,8 +8,10 @@
  * 2,048-token prefixes, what runs when they are not). Each row: cycles where the test fired, the median
  * effect (how much shorter B's median TTFT was on A's prefix) and the median p-value of the one-sided
  * paired permutation test. The side-channel finding also needs the effect to clear `timingMinEffect`.
- * Figures are counts and ratios from this one run; the machine is shared and noisy.
+ * Figures are counts and ratios from this one run; the machine is shared and noisy. With --json they are
+ * also written to FILE (bench/timing.json is the stored run README.md quotes; a test checks the two agree).
  */
+import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { startEngine } from '../engine-under-test/src/start.js';
 import type { TargetConfig } from '../prober/src/service/config.js';
@@ -19,6 +21,7 @@ import { createScanner } from '../prober/src/probe/scanner.js';
 import { median } from '../prober/src/probe/stats.js';
 import type { ProbeTuning } from '../prober/src/probe/scenarios/context.js';
 import { PREFIX_ISOLATION } from '../prober/src/probe/scenarios/prefix-isolation.js';
+import type { TimingFigures } from './figures.js';
 
 interface Setting {
   name: string;
@@ -94,7 +97,7 @@ async function measure(engine: (typeof ENGINES)[number], setting: Setting, cycle
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { cycles: { type: 'string' } } });
+  const { values } = parseArgs({ options: { cycles: { type: 'string' }, json: { type: 'string' } } });
   const cycles = values.cycles === undefined ? 10 : Number(values.cycles);
   if (!Number.isInteger(cycles) || cycles < 1) {
     process.stderr.write(`bench:timing: --cycles must be a positive integer, got '${values.cycles}'\n`);
@@ -117,6 +120,25 @@ async function main(): Promise<void> {
     ...rows.map((r) => `| ${r.setting} | ${r.engine} | ${r.fired}/${r.cycles} | ${pct(median(r.effects))} | ${median(r.pValues).toPrecision(2)} | ${(r.ms / r.cycles / 1000).toFixed(1)} |`),
   ];
   process.stdout.write(out.join('\n') + '\n');
+  if (values.json !== undefined) {
+    const figures: TimingFigures = {
+      command: `npm run bench:timing -- --cycles ${cycles} --json ${values.json}`,
+      generatedAt: new Date().toISOString(),
+      scale: 128,
+      cycles,
+      rows: rows.map((r) => ({
+        setting: r.setting,
+        engine: r.engine,
+        shared: !r.engine.includes('salted-prefix-cache'),
+        cycles: r.cycles,
+        fired: r.fired,
+        medianEffect: r.effects.length > 0 ? median(r.effects) : null,
+        medianP: r.pValues.length > 0 ? median(r.pValues) : null,
+        secondsPerCycle: r.ms / r.cycles / 1000,
+      })),
+    };
+    writeFileSync(values.json, JSON.stringify(figures, null, 1) + '\n');
+  }
 }
 
-await main();
+if (import.meta.url === `file://${process.argv[1]}`) await main();

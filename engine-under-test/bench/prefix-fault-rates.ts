@@ -1,13 +1,22 @@
 /**
  * How often each prefix-cache fault shows another request's text, and how often its defense lets it
  * through, over N cycles of the workloads in test/engine-prefix-faults.test.ts (fresh random markers each
- * cycle, one engine per configuration). Run: npx tsx engine-under-test/bench/prefix-fault-rates.ts [cycles]
+ * cycle, one engine per configuration), and what the defense counted
+ * (`kvcanary_engine_defense_blocks_total{defense}`).
+ * Run: npx tsx engine-under-test/bench/prefix-fault-rates.ts [cycles] [--json FILE]
+ * (engine-under-test/bench/results/prefix-fault-rates.json is the stored run engine-under-test/README.md
+ * quotes; a test checks the two agree).
  */
 import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import type { DefenseName } from '../src/defenses.js';
 import { startEngine, type RunningEngine, type StartEngineOptions } from '../src/start.js';
 import { encodePrompt } from '../src/tokenizer.js';
 
-const cycles = Number(process.argv[2] ?? 100);
+const args = process.argv.slice(2);
+const jsonAt = args.indexOf('--json');
+const jsonFile = jsonAt >= 0 ? args.splice(jsonAt, 2)[1] : undefined;
+const cycles = Number(args[0] ?? 100);
 const BASE32 = 'abcdefghijklmnopqrstuvwxyz234567';
 const marker = (): string => `kvcanary-${Array.from(randomBytes(26), (b) => BASE32[b % 32]).join('')}`;
 
@@ -64,11 +73,20 @@ const runs: [string, StartEngineOptions, Cycle, string][] = [
   ['prompt-cache-restore-race', { faults: ['prompt-cache-restore-race'], poolTokens: 2048, contextTokens: 2048 }, stale, "another request's text"],
   ['  + restore-fencing', { faults: ['prompt-cache-restore-race'], defenses: ['restore-fencing'], poolTokens: 2048, contextTokens: 2048 }, stale, "another request's text"],
 ];
+const rows = [];
 for (const [name, options, cycle, what] of runs) {
   const e = await startEngine({ preset: 'single', scale: 64, log: () => {}, ...options });
   const before = e.engine.stats().foreignPageReadsTotal;
   let hits = 0;
   for (let i = 0; i < cycles; i++) if (await cycle(e, i)) hits++;
-  console.log(`${name.padEnd(28)} ${what}: ${hits}/${cycles} cycles; foreign page reads ${e.engine.stats().foreignPageReadsTotal - before}`);
+  const foreignPageReads = e.engine.stats().foreignPageReadsTotal - before;
+  const defense = options.defenses?.[0] as DefenseName | undefined;
+  const blocks = defense === undefined ? undefined : e.engine.stats().defenseBlocks[defense];
+  console.log(`${name.padEnd(28)} ${what}: ${hits}/${cycles} cycles; foreign page reads ${foreignPageReads}${blocks === undefined ? '' : `; ${defense} blocks ${blocks}`}`);
+  rows.push({ configuration: name.trim(), faults: options.faults ?? [], defenses: options.defenses ?? [], measured: what, cycles, hits, foreignPageReads, ...(blocks !== undefined ? { blocks } : {}) });
   await e.close();
+}
+if (jsonFile !== undefined) {
+  const figures = { command: `npx tsx engine-under-test/bench/prefix-fault-rates.ts ${cycles} --json ${jsonFile}`, generatedAt: new Date().toISOString(), preset: 'single', scale: 64, cycles, rows };
+  writeFileSync(jsonFile, JSON.stringify(figures, null, 1) + '\n');
 }

@@ -27,11 +27,13 @@ export const DEFENSE_DESCRIPTIONS: Readonly<Record<DefenseName, string>> = {
   'transfer-integrity':
     'each transfer batch and host copy is tagged with room id, page generations and a checksum, verified under ' +
     'the page locks when it lands; a stale or corrupt one is dropped and counted',
-  'salted-prefix-cache': 'the prefix cache always mixes `cache_salt` into block 0\'s hash: different salts never share',
-  'strong-prefix-hash': 'the prefix cache keys blocks by a SHA-256 chain over the exact token ids of every block before them',
+  'salted-prefix-cache':
+    'every prefix-cache entry keeps the `cache_salt` it was written under, and a lookup refuses an entry of another salt ' +
+    'even when the block key matched: different salts never share',
+  'strong-prefix-hash': 'a prefix-cache hit is confirmed token by token against the exact ids the entry was written for; a colliding key is refused',
   'restore-fencing':
-    'a prefix-cache restore takes only entries written in full and still on the allocation they were made on ' +
-    '(generation checked), pinned by reference count for as long as the request holds them',
+    'a prefix-cache restore checks that each entry\'s page still has the generation it had when the entry was made ' +
+    '(never handed out since); a stale entry is refused, dropped and counted',
 };
 
 /** Defenses that work in single-node mode (the prefix cache's, and zeroing). */

@@ -18,7 +18,7 @@ export const FAULT_DESCRIPTIONS: Readonly<Record<FaultName, string>> = {
   'admission-checks-finished':
     'the incident: prefill admission checks whether a request is finished, not whether it has a pending ' +
     'rejection, so an over-pool prompt drains through prefill as a one-token placeholder, signals transfer ' +
-    'completion, and decode attends over its whole reservation (stale pages included); the response is a 200',
+    'completion, and decode attends over every prompt position of its reservation (stale pages included); the response is a 200',
   'late-write':
     'an abort frees decode\'s pages at once while transfer batches are still landing; a batch that lands after ' +
     'the pages were reallocated writes into another request\'s pages',

@@ -98,7 +98,7 @@ export class InductionModel {
   /**
    * Logits (256 byte tokens) for the token after tokens[0, length), attending over positions
    * [0, attendPositions) of `pages` as `reader`. A correct engine passes attendPositions = positions whose
-   * KV it wrote; the incident's decode passed its whole reservation.
+   * KV it wrote; the incident's decode passed every prompt position of its reservation.
    */
   nextLogits(pages: Int32Array, tokens: ArrayLike<number>, length: number, attendPositions: number, reader: number, logits: Float32Array): void {
     const { ngram, beta, logitScale } = this.config;

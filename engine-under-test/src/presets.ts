@@ -1,7 +1,7 @@
 /**
  * Named engine configurations, as data. Capacities are the full-scale ones; `--scale N` divides them.
  *
- * The disaggregated presets follow the incident (see shared/context/postmortem.txt): a context limit of
+ * The disaggregated presets follow the incident (see docs/incident.md): a context limit of
  * 1,048,576 tokens served by a prefill pool of 681,280 tokens, and a decode pool large enough for any
  * reservation the context limit allows (context + 16,384 tokens of headroom, as in `single`).
  */

@@ -16,6 +16,10 @@ import { BenchUsageError, parseBenchArgs, reproduce } from '../../bench/options.
 import { proportion, zeroEventUpperBound } from '../../bench/proportion.js';
 import { faultHeadlines, operatorExpectation, pci, renderMarkdown, timingFalseAlarms, totalFalsePositives, type BenchReport } from '../../bench/report.js';
 import { runSeries } from '../../bench/series.js';
+import { fidelityRow, type CopyFidelityResult } from '../../bench/copy-fidelity.js';
+import { figureBlocks } from '../../bench/render-figures.js';
+import { mergeReports } from '../../bench/run.js';
+import { readFileSync } from 'node:fs';
 import { summarizeSeries } from '../../bench/summary.js';
 import { bodiesIn, createResponseParser, engineIdOf, type TapRecord } from '../../bench/tap.js';
 import type { LoadResult } from '../../bench/load.js';
@@ -353,11 +357,15 @@ describe('a tiny real run', () => {
     expect(r.available).toBe(true);
     const s = r.summary!;
     expect(s.cycles).toBe(2);
+    expect(r.markerTrace).toBe('11');
     expect(r.rejectionTrace).toBe('11');
     expect(s.tokens.sentPerCycle).toBeGreaterThan(0);
     expect(s.truth!.exposedResponses).toBeGreaterThanOrEqual(2);
     expect(s.truth!.unmatched).toBe(0);
     expect(s.truth!.recallRejection.successes).toBe(s.truth!.exposedResponses);
+    // The marker signal flagged responses that really read planted pages, and some carried a whole marker.
+    expect(s.truth!.recallMarker.successes).toBeGreaterThanOrEqual(2);
+    expect(s.truth!.wholeMarkerCopies).toBeGreaterThanOrEqual(1);
   }, 60_000);
 
   it('two cycles on the single-node engine: nothing fires and the engine read nothing foreign', async () => {
@@ -376,4 +384,55 @@ describe('a tiny real run', () => {
     expect(bad.status).toBe(64);
     expect(bad.stderr).toContain('--cell: unknown cell no-such-cell');
   }, 90_000);
+});
+
+describe('copy fidelity', () => {
+  const rec = (index: number, marker: boolean, whole: number): CycleRecord =>
+    cycle(index, { ...(marker ? { 'cross-request-leak': 1 } : {}), 'rejection-not-enforced': 1 }, {
+      truth: { exposedResponses: 1, flagged: { marker: marker ? 1 : 0, rejection: 1, any: 1 }, wholeMarkerCopies: whole, unmatched: 0, ambiguous: 0, foreignPageReads: 5, overflowPolls: 0, uncertainWriters: 0 },
+    });
+
+  it('a row counts per-cycle recall of each signal and the cycles a whole marker came back', () => {
+    const row = fidelityRow({ ngram: 2, beta: 10, temperature: 0.7 }, 'repeated', [rec(1, true, 1), rec(2, true, 0), rec(3, false, 0), rec(4, false, 0)]);
+    expect(row).toMatchObject({ ngram: 2, beta: 10, temperature: 0.7, layout: 'repeated', cycles: 4, markerRecall: 0.5, rejectionRecall: 1, wholeMarkerCycles: 1, markerCycles: 2, exposedResponses: 4, flaggedResponses: 2, wholeMarkerResponses: 1 });
+  });
+
+  it('report.json holds the section: at least 6 rows of at least 20 cycles, each with the fields the issue names, rendered in REPORT.md', () => {
+    const report = JSON.parse(readFileSync(new URL('../../bench/report.json', import.meta.url), 'utf8')) as BenchReport;
+    const cf = report.sections.copyFidelity?.result as CopyFidelityResult;
+    expect(cf.cell).toBe('incident');
+    const dense = cf.rows.filter((r) => r.layout === 'dense');
+    expect(dense.length).toBeGreaterThanOrEqual(6);
+    for (const r of cf.rows) {
+      expect(r.cycles).toBeGreaterThanOrEqual(20);
+      for (const k of ['ngram', 'beta', 'temperature', 'cycles', 'markerRecall', 'rejectionRecall'] as const) expect(typeof r[k]).toBe('number');
+    }
+    expect(new Set(cf.rows.map((r) => r.ngram))).toEqual(new Set([2, 4, 8, 16]));
+    expect(new Set(cf.rows.map((r) => r.beta))).toEqual(new Set([5, 10, 20]));
+    expect(new Set(cf.rows.map((r) => r.temperature))).toEqual(new Set([0, 0.7, 1]));
+    const md = readFileSync(new URL('../../bench/REPORT.md', import.meta.url), 'utf8');
+    expect(md).toBe(renderMarkdown(report));
+    expect(md).toContain('## 6. Copy fidelity');
+  });
+
+  it('--merge keeps the sections it did not run and replaces matrix cells by id', () => {
+    const matrix = syntheticMatrix();
+    const old = { version: 1, generatedAt: 'x', command: 'npm run bench', options: parseBenchArgs([], 'bench'), machine: { cpus: 2, node: 'v20', platform: 'linux', loadAverageStart: [], loadAverageEnd: [] }, seconds: 1, sections: { matrix: { command: 'a', seconds: 1, result: matrix } } } as BenchReport;
+    const incident = matrix.cells[0]!;
+    const fresh = { ...old, sections: { matrix: { command: 'b', seconds: 2, result: { ...matrix, cells: [{ ...incident, reason: 'new' }] } }, copyFidelity: { command: 'c', seconds: 3, error: 'x' } } } as BenchReport;
+    const merged = mergeReports(old, fresh);
+    expect(merged.sections.matrix!.result!.cells.map((c) => c.cell.id)).toEqual(['remediated', 'disaggregated+late-write/lifo', 'incident']);
+    expect(merged.sections.matrix!.command).toBe('a; b');
+    expect(merged.sections.copyFidelity?.command).toBe('c');
+    expect(merged.command).toBe('npm run bench');
+  });
+});
+
+describe('published figures', () => {
+  it('every figure block in README.md and engine-under-test/README.md is what its stored JSON renders', () => {
+    for (const { block, documented, rendered } of figureBlocks()) {
+      expect(documented, `${block.doc} has no figures:${block.name} block`).toBeDefined();
+      expect(documented, `${block.doc} figures:${block.name} differs from ${block.source} (run npx tsx bench/render-figures.ts)`).toBe(rendered);
+    }
+  });
 });

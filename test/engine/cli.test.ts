@@ -82,3 +82,24 @@ describe('kvcanary engine (as a process)', () => {
     expect(await stdout).toBe('');
   });
 });
+
+describe('kvcanary engine model flags', () => {
+  it('--model-ngram and --model-beta set the copy head; bad values name the flag', async () => {
+    const { parseEngineArgs } = await import('../../engine-under-test/src/cli.js');
+    expect(parseEngineArgs(['--model-ngram', '4', '--model-beta', '7.5'])).toMatchObject({ model: { ngram: 4, beta: 7.5 } });
+    expect(parseEngineArgs([])).not.toHaveProperty('model');
+    expect(() => parseEngineArgs(['--model-ngram', '0'])).toThrow(/--model-ngram must be an integer in \[1, 64\], got '0'/);
+    expect(() => parseEngineArgs(['--model-beta', 'flat'])).toThrow(/--model-beta must be a number in \(0, 1000\], got 'flat'/);
+  });
+
+  it('the engine runs with them: a shorter n-gram still copies an unambiguous continuation', async () => {
+    const child = run(['--model-ngram', '4', '--model-beta', '10', '--port', '0']);
+    const line = await firstLine(child);
+    expect(line).toContain('model ngram 4 beta 10');
+    const url = /http:\/\/127\.0\.0\.1:\d+/.exec(line)![0];
+    const res = await fetch(`${url}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt: 'code: zq7kd9\ncode: zq7', max_tokens: 3, temperature: 0 }) });
+    expect(((await res.json()) as { choices: { text: string }[] }).choices[0]!.text).toBe('kd9');
+    child.kill('SIGTERM');
+    expect(await exit(child)).toEqual({ code: 0, signal: null });
+  });
+});

@@ -40,6 +40,8 @@ describe('fault late-write, defended', () => {
     expect(result).toMatchObject({ cycles: 1000, leakCycles: 0, foreignPageReads: 0 });
     expect(e.stats().transfer?.lateBatchesLanded).toBe(0);
     expect(acted(e)).toBeGreaterThan(0);
+    // The uniform counter (kvcanary_engine_defense_blocks_total{defense}) counts the same acts.
+    expect(e.stats().defenseBlocks[defense]).toBeGreaterThan(0);
     await settled(e);
     expect(e.checkInvariants()).toEqual([]);
     console.info(`late-write + ${defense}: ${result.leakCycles}/1000 cycles leaked (${result.msPerCycle.toFixed(1)} ms per cycle)`);

@@ -46,6 +46,8 @@ describe('fault offload-release-race, defended', () => {
     const result = await runRaceCycles(e, { cycles: 1000 });
     expect(result).toMatchObject({ cycles: 1000, leakCycles: 0, foreignPageReads: 0 });
     expect(acted(e)).toBeGreaterThan(0);
+    // The uniform counter (kvcanary_engine_defense_blocks_total{defense}) counts the same acts.
+    expect(e.stats().defenseBlocks[defense]).toBeGreaterThan(0);
     await settled(e);
     expect(e.checkInvariants()).toEqual([]);
     console.info(`offload-release-race + ${defense}: ${result.leakCycles}/1000 cycles leaked (${result.msPerCycle.toFixed(1)} ms per cycle)`);

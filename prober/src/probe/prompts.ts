@@ -63,6 +63,19 @@ export function planterPrompt(markers: readonly string[]): string {
   return `Keep these reference codes on file: ${markers.join(' ')}\nQuote one reference code: ${MARKER_CUE}`;
 }
 
+/** The line every reader and over-limit prompt ends with, without its leading newline(s). */
+export const CUE_LINE = `Quote the reference code: ${MARKER_CUE}`;
+
+/**
+ * A planter of one marker repeated `count` times, each copy led by the cue line readers end with, so the
+ * text before every copy matches the reader's last 35 characters (any induction context up to that length
+ * finds it) and every match continues the same way. Ends with the cue line too (the self-echo control).
+ */
+export function repeatedPlanterPrompt(marker: string, count: number): string {
+  const body = marker.slice(MARKER_CUE.length);
+  return `Keep this reference code on file.${`\n${CUE_LINE}${body}`.repeat(Math.max(1, count))}\n${CUE_LINE}`;
+}
+
 /** A short reader: no markers of its own, ends with the cue. Anything marker-like it returns came from elsewhere. */
 export function readerPrompt(padRepetitions = 1): string {
   return READER_HEADER + FILLER.repeat(padRepetitions) + `\nQuote the reference code: ${MARKER_CUE}`;

@@ -35,6 +35,14 @@ export interface ProbeTuning {
   abortRounds?: number;
   /** abort-race: fill most of the exposed KV pool with ballast generations so freed pages are reused at once. @default true */
   abortBallast?: boolean;
+  /**
+   * How planters lay out their markers. 'dense': every marker distinct, separated by spaces (the most
+   * markers per token). 'repeated': one marker per planter, every copy led by the line readers end with
+   * (`\nQuote the reference code: kvcanary-`), so a model that copies weakly (a short induction context, flat
+   * attention, sampling at temperature > 0) still meets one unambiguous continuation of the reader's cue
+   * wherever it looks (bench/REPORT.md, copy fidelity). @default 'dense'
+   */
+  planterLayout?: 'dense' | 'repeated';
   /** Generated tokens asked of readers and planters. @default 48 */
   readerMaxTokens?: number;
   /** Sizes (fractions of the context limit) swept when the pool is not exposed. @default [0.5, 0.75, 0.95] */

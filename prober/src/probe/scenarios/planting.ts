@@ -2,13 +2,15 @@
  * Planters: prompts dense with registered markers, so every KV page they fill carries marker text. The
  * markers are registered (and handed to onMarkers for persistence) before the request leaves.
  */
-import { planterPrompt } from '../prompts.js';
+import { planterPrompt, repeatedPlanterPrompt } from '../prompts.js';
 import type { ScenarioContext, Tenant } from './context.js';
 import { exchange, type Exchange } from './exchange.js';
 import type { AbortAfter } from '../target/client.js';
 
 /** Envelope plus separator: 36 characters. Tokens per marker start pessimistic (one per character) until measured. */
 const MARKER_CHARS = 36;
+/** A repeated-layout copy: newline, cue line and body: 62 characters. */
+const REPEATED_CHARS = 62;
 const PLANTER_OVERHEAD_CHARS = 80;
 
 export interface PlanterSizing {
@@ -33,11 +35,14 @@ export interface PlantSpec {
 export async function plant(ctx: ScenarioContext, sizing: PlanterSizing, spec: PlantSpec): Promise<{ ex: Exchange | undefined; markers: number }> {
   const tenant = spec.tenant ?? ctx.tenants[0]!;
   const role = spec.role ?? 'planter';
+  const repeated = ctx.tuning.planterLayout === 'repeated';
+  // Until measured, the repeated layout's copies are assumed as long in tokens as in characters, like the dense one's.
+  if (repeated && !sizing.measured) sizing.tokensPerMarker = Math.max(sizing.tokensPerMarker, REPEATED_CHARS);
   const count = Math.max(1, Math.floor((spec.tokens - PLANTER_OVERHEAD_CHARS / 4) / sizing.tokensPerMarker));
   const requestId = ctx.newRequestId(role);
-  const entries = Array.from({ length: count }, () => ctx.registry.plant({ runId: ctx.runId, requestId, role, tenant: tenant.name }));
+  const entries = Array.from({ length: repeated ? 1 : count }, () => ctx.registry.plant({ runId: ctx.runId, requestId, role, tenant: tenant.name }));
   ctx.onMarkers(entries);
-  const prompt = planterPrompt(entries.map((e) => e.marker));
+  const prompt = repeated ? repeatedPlanterPrompt(entries[0]!.marker, count) : planterPrompt(entries.map((e) => e.marker));
   const estimate = Math.round(count * sizing.tokensPerMarker + PLANTER_OVERHEAD_CHARS / 4);
   const ex = await exchange(ctx, {
     role,

@@ -1,0 +1,63 @@
+/**
+ * `npx tsx bench/render-figures.ts [--check]`: writes the figures README.md and engine-under-test/README.md
+ * quote into their marked blocks, rendered (bench/figures.ts) from the stored JSON of the runs that
+ * measured them. With --check it changes nothing and exits 1 if a block differs (what
+ * test/e2e/bench-report.test.ts asserts too). Rerun it after refreshing a JSON.
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { REPO_ROOT } from './child.js';
+import { markedBlock, measuredHeadline, prefixFaultTable, timingParagraph, ttftSentence, type PrefixFaultFigures, type TimingFigures, type TtftFigures } from './figures.js';
+import type { BenchReport } from './report.js';
+
+export interface FigureBlock {
+  /** Repository-relative document holding the block. */
+  doc: string;
+  name: string;
+  /** Repository-relative JSON the block is rendered from. */
+  source: string;
+  render(json: unknown): string;
+}
+
+export const FIGURE_BLOCKS: readonly FigureBlock[] = [
+  { doc: 'README.md', name: 'measured', source: 'bench/report.json', render: (j) => measuredHeadline(j as BenchReport) },
+  { doc: 'README.md', name: 'timing', source: 'bench/timing.json', render: (j) => timingParagraph(j as TimingFigures) },
+  { doc: 'engine-under-test/README.md', name: 'prefix-ttft', source: 'engine-under-test/bench/results/prefix-ttft.json', render: (j) => ttftSentence(j as TtftFigures) },
+  { doc: 'engine-under-test/README.md', name: 'prefix-fault-rates', source: 'engine-under-test/bench/results/prefix-fault-rates.json', render: (j) => prefixFaultTable(j as PrefixFaultFigures) },
+];
+
+/** Each block as the document has it and as its JSON renders it. */
+export function figureBlocks(root = REPO_ROOT): { block: FigureBlock; documented: string | undefined; rendered: string }[] {
+  return FIGURE_BLOCKS.map((block) => ({
+    block,
+    documented: markedBlock(readFileSync(join(root, block.doc), 'utf8'), block.name),
+    rendered: block.render(JSON.parse(readFileSync(join(root, block.source), 'utf8'))),
+  }));
+}
+
+function main(argv: string[]): number {
+  const check = argv.includes('--check');
+  let stale = 0;
+  for (const { block, documented, rendered } of figureBlocks()) {
+    if (documented === undefined) {
+      process.stderr.write(`${block.doc}: no <!-- figures:${block.name}:start/end --> block\n`);
+      stale++;
+      continue;
+    }
+    if (documented === rendered) continue;
+    stale++;
+    if (check) {
+      process.stderr.write(`${block.doc}: block ${block.name} differs from ${block.source}\n`);
+      continue;
+    }
+    const path = join(REPO_ROOT, block.doc);
+    const doc = readFileSync(path, 'utf8');
+    const start = `<!-- figures:${block.name}:start -->\n`;
+    const at = doc.indexOf(start) + start.length;
+    writeFileSync(path, doc.slice(0, at) + rendered + doc.slice(at + documented.length));
+    process.stderr.write(`${block.doc}: block ${block.name} rewritten from ${block.source}\n`);
+  }
+  return check && stale > 0 ? 1 : 0;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) process.exitCode = main(process.argv.slice(2));
