@@ -32,7 +32,7 @@ import type { AbortAfter } from '../target/client.js';
 import { holdBallast } from './ballast.js';
 import { tokenLine } from './calibration.js';
 import type { ScenarioContext } from './context.js';
-import { exchange } from './exchange.js';
+import { exchange, sentBySelf, type Exchange } from './exchange.js';
 import { initialSizing, plant } from './planting.js';
 import { ResultBuilder } from './result-builder.js';
 import { clamp } from './clamp.js';
@@ -43,8 +43,10 @@ export const ABORT_RACE = 'abort-race';
 
 /** Abort moments as fractions of an unaborted planter's time to first token: mid-prefill to late transfer. */
 const ABORT_FRACTIONS = [0.15, 0.3, 0.1, 0.4, 0.2, 0.05, 0.5, 0.25];
-/** Every CHARS_EVERY-th window aborts after the first streamed characters instead: mid-stream, after the prompt's KV was complete (host write-back, release on end). */
+/** Windows come in threes: aborted mid-transfer, aborted mid-stream, the mid-stream planter's prompt re-sent and aborted early. */
 const CHARS_EVERY = 3;
+/** A re-sent prompt served from a host tier or cache loads faster than it prefills: abort it early. */
+const RESEND_FRACTIONS = [0.05, 0.1, 0.15, 0.08];
 /** Without a measured time to first token (it failed): fixed moments. */
 const FALLBACK_MS = [3, 12, 6, 30, 60, 20];
 
@@ -94,6 +96,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   let readersSent = 0;
   let cut: 'budget' | 'deadline' | undefined;
   const maxAttempts = wanted * 2 + 4;
+  let complete: { prompt: string; sent: string[]; estimate: number } | undefined;
   try {
     await ballast.ensure();
     // An identical planter, not aborted: its time to first token spans its prefill and transfer.
@@ -107,14 +110,30 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
         break;
       }
       await ballast.ensure();
-      const midStream = attempts % CHARS_EVERY === CHARS_EVERY - 1;
+      // Every third window aborts mid-stream (the prompt's KV complete: an engine with a host tier writes it
+      // back); the window after it re-sends that same prompt and aborts it early, while a load of it from
+      // the host tier (or its prefill and transfer) is still landing.
+      const phase = attempts % CHARS_EVERY;
+      const midStream = phase === 1;
+      const resend = phase === 2 ? complete : undefined;
+      complete = undefined;
       const abortAfter: AbortAfter = midStream
         ? { chars: 1 + (attempts % 12) }
-        : ttft === undefined
+        : resend !== undefined && ttft !== undefined
+          ? { ms: Math.max(1, Math.round(ttft * RESEND_FRACTIONS[attempts % RESEND_FRACTIONS.length]!)) }
+          : ttft === undefined
           ? { ms: FALLBACK_MS[attempts % FALLBACK_MS.length]! }
           : { ms: Math.max(1, Math.round(ttft * ABORT_FRACTIONS[attempts % ABORT_FRACTIONS.length]!)) };
       attempts++;
-      const { ex } = await plant(ctx, sizing, { tokens: planterTokens, maxTokens, stream: true, abortAfter });
+      let ex: Exchange | undefined;
+      if (resend !== undefined) {
+        ex = await exchange(ctx, { role: 'planter', prompt: resend.prompt, promptTokens: resend.estimate, maxTokens, stream: true, abortAfter });
+        if (ex !== undefined) ex = sentBySelf(ex, resend.sent);
+      } else {
+        const planted = await plant(ctx, sizing, { tokens: planterTokens, maxTokens, stream: true, abortAfter });
+        ex = planted.ex;
+        if (midStream && ex !== undefined && ex.result.generatedChars > 0) complete = planted;
+      }
       if (out.add(ex) === undefined) {
         cut = ctx.signal.aborted ? 'deadline' : 'budget';
         break;
