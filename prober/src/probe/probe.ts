@@ -103,7 +103,10 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
           continue;
         }
         progress(`${name}: start`);
-        let result = await scenario(ctx);
+        // A budget view per scenario: a request the budget refused means the scenario did less than it
+        // needed, whatever it concluded from the rest.
+        const refused = { count: 0 };
+        let result = starvedByBudget(await scenario({ ...ctx, budget: countingRefusals(ctx.budget, refused) }), refused.count);
         const cut = cutOf(cycle.signal);
         if (cut !== undefined) result = markCut(result, cut);
         progress(`${name}: ${result.outcome}${result.findings.length > 0 ? ` (${result.findings.length} finding(s))` : ''}`);
@@ -162,6 +165,34 @@ function tokenBudget(limit: number): TokenBudget {
       return true;
     },
   };
+}
+
+function countingRefusals(budget: TokenBudget, refused: { count: number }): TokenBudget {
+  return {
+    remaining: () => budget.remaining(),
+    spend(tokens) {
+      const ok = budget.spend(tokens);
+      if (!ok) refused.count++;
+      return ok;
+    },
+  };
+}
+
+/**
+ * Notes a starved scenario may have drawn about the endpoint from what little it sent: they are not
+ * evidence when the cause was the prober's own budget, so they are dropped.
+ */
+const STARVED_CLAIMS = /not reported|no planter was accepted|no reader was answered|too few .*answered|nothing was sent|not exercised/;
+
+/**
+ * A scenario the token budget cut short is inconclusive with reason `budget` — never a pass, never
+ * not-applicable, and never the endpoint's fault — unless it found something (a finding stands).
+ */
+export function starvedByBudget(result: ScenarioResult, refusals: number): ScenarioResult {
+  if (refusals === 0 || result.outcome === 'fail') return result;
+  const notes = result.notes.filter((n) => !STARVED_CLAIMS.test(n));
+  notes.push(`cut short by the token budget: ${refusals} request(s) not sent; isolation not established (the prober's limit, not the endpoint's fault)`);
+  return { ...result, outcome: 'inconclusive', reason: 'budget', notes };
 }
 
 function skipped(name: string, why: string): ScenarioResult {

@@ -70,18 +70,26 @@ export class TokenBudget {
 
   costEstimate(scenario: string): number | undefined { return this.lastCost.get(scenario); }
 
-  /** What a cycle of these scenarios is expected to cost (unknown scenarios count as 0), capped at the limit. */
-  cycleEstimate(scenarios: readonly string[]): number {
+  /** What a cycle of these scenarios is expected to cost (unknown scenarios count as 0), uncapped. */
+  cycleCost(scenarios: readonly string[]): number {
     let total = 0;
     for (const s of scenarios) total += this.lastCost.get(s) ?? 0;
-    return Math.min(total, this.limit);
+    return total;
   }
 
-  /** Can a cycle of these scenarios start now? */
-  fits(scenarios: readonly string[], now: number): { ok: boolean; needed: number; available: number } {
+  /** cycleCost capped at the limit: what admission asks for (a cycle that once overspent still runs, at most hourly). */
+  cycleEstimate(scenarios: readonly string[]): number {
+    return Math.min(this.cycleCost(scenarios), this.limit);
+  }
+
+  /**
+   * Can a cycle of these scenarios start now? `needed` is what admission asks for (capped at the limit);
+   * `cost` what the cycle cost last time, uncapped (what logs and warnings report).
+   */
+  fits(scenarios: readonly string[], now: number): { ok: boolean; needed: number; cost: number; available: number } {
     const available = this.available(now);
     const needed = this.cycleEstimate(scenarios);
-    return { ok: available > 0 && needed <= available, needed, available };
+    return { ok: available > 0 && needed <= available, needed, cost: this.cycleCost(scenarios), available };
   }
 
   /** The share of what is available now for `scenario`, given the cycle's scenarios not yet started (including it). */

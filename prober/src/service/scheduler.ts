@@ -190,7 +190,12 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const fit = budget.fits(due, now);
     showBudget(name);
     if (!fit.ok) {
-      skip(loop, 'budget', { neededTokens: fit.needed, availableTokens: fit.available, tokensPerHour: budget.tokensPerHour });
+      skip(loop, 'budget', {
+        neededTokens: fit.cost,
+        availableTokens: fit.available,
+        tokensPerHour: budget.tokensPerHour,
+        ...(fit.cost > budget.tokensPerHour ? { overLimit: 'one cycle costs more than the hourly budget: it runs at most once an hour' } : {}),
+      });
       return;
     }
     for (const s of due) loop.scenarioStarted.set(s, now);
@@ -227,7 +232,11 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       if (abort.signal.aborted) throw new CancelledError('timeout');
       const grant = budget.grant(scenario, [...unstarted], now);
       unstarted.delete(scenario);
-      if (budget.available(now) <= 0) return { kind: 'skipped', reason: 'budget' };
+      if (budget.available(now) <= 0) {
+        // Counted as a skip, and recorded: the cycle did not establish this scenario (never a silent pass).
+        skip(loop, 'budget', { runId, scenario, neededTokens: budget.costEstimate(scenario) ?? 0, availableTokens: 0 });
+        return { kind: 'ran', run: undefined, results: [{ ...inconclusive(scenario, 'not run: the token budget for this hour is spent (the prober\'s limit, not the endpoint\'s fault)', 0), reason: 'budget' }] };
+      }
       const lease = budget.reserve(grant);
       const t0 = now;
       let afterAbort = false;

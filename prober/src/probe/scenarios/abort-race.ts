@@ -3,101 +3,181 @@
  * to reallocate" are separate conditions; an engine that frees pages on abort while a KV transfer or a
  * host-offload copy is still in flight hands the next owner pages that are about to be overwritten.
  *
- * Each round starts several streaming planters together and aborts each at a different moment — a few
- * milliseconds in (mid-prefill or mid-transfer) up to after the first streamed characters — and the moment
- * each abort lands it sends readers: short prompts with no markers that end with the marker cue. Any
- * foreign marker in any response is `cross-request-leak`.
+ * The scenario exercises race windows, one after another. One **window** is: a streaming planter (a prompt
+ * dense with markers) aborted before its first generated character — while its KV was still being computed
+ * or moved — and, the moment the abort lands, enough readers (short prompts with no markers, ending with the
+ * marker cue) that together reserve every page the planter held plus the free space in front of it, most of
+ * which answered. A late write then lands in a reader's pages whatever order the engine's free list hands
+ * pages out in: with a LIFO list the readers get the planter's pages first, with a FIFO list after the free
+ * space, and a single reader's prompt is short enough that its own transfer lands before the planter's last
+ * queued batches do. A window whose planter streamed text before the abort, or whose readers mostly failed,
+ * is not counted.
  *
- * Page reuse is what turns a late write into a leak, and an idle pool hides it: freed pages go to the back
- * of a free list and are handed out long after the late write has landed. So when the endpoint exposes its
- * pools, each round first fills most of the largest one with ballast — long-running generations of plain
- * filler (which end with the cue too, so they read as well) — leaving room for the planters and readers
- * only. Freed pages are then reused at once, by our readers, whatever the free-list order: the state of a
- * busy production endpoint, made on purpose. The ballast is aborted when the round ends.
+ * Page reuse is what turns a late write into a leak, and an idle pool hides it, so when the endpoint exposes
+ * its pools the scenario first fills the pool where requests reserve their pages (decode's, in disaggregated
+ * serving) with ballast — long-running generations of plain filler, which end with the cue too — leaving
+ * room for one planter and a sliver. The ballast is held across windows (restarted when a piece ends) and
+ * aborted when the scenario ends. Abort moments are fractions of the measured time to first token of an
+ * identical planter that was not aborted, so they fall inside the planter's prefill and transfer on any
+ * endpoint speed.
  *
- * Pass needs evidence the race was exercised: at least one planter really aborted in flight and most
- * readers answered. Otherwise inconclusive.
+ * Power: with N windows, a fault that shows in at least a fraction r of windows is caught with probability
+ * c = 1 - (1 - r)^N. The scenario keeps going until c reaches the target (r = 0.1, c = 0.95: 29 windows, or
+ * `abortRounds` windows when set), stopping early at the first finding. Short of it (budget, deadline, too
+ * many uncounted windows) it is inconclusive and says what it reached.
  */
-import { overlimitPrompt, readerPrompt, repetitionsFor, tokensFor, type TokenLine } from '../prompts.js';
-import type { ScenarioResult } from '../result.js';
+import { readerPrompt, repetitionsFor, tokensFor } from '../prompts.js';
+import { powerOf, trialsFor, type ScenarioResult } from '../result.js';
 import type { AbortAfter } from '../target/client.js';
+import { holdBallast } from './ballast.js';
 import { tokenLine } from './calibration.js';
 import type { ScenarioContext } from './context.js';
-import { exchange, type Exchange } from './exchange.js';
+import { exchange, sentBySelf, type Exchange } from './exchange.js';
 import { initialSizing, plant } from './planting.js';
 import { ResultBuilder } from './result-builder.js';
 import { clamp } from './clamp.js';
+import { RACE_CONFIDENCE, RACE_DETECTABLE_RATE } from './race-power.js';
 
 export const ABORT_RACE = 'abort-race';
 
-/** Abort moments, cycled across planters: early (prefill/transfer), mid, and after streaming began. */
-const ABORT_SCHEDULE: AbortAfter[] = [{ ms: 3 }, { ms: 12 }, { chars: 1 }, { ms: 30 }, { ms: 60 }, { chars: 12 }, { ms: 6 }, { ms: 120 }];
-const PLANTERS_PER_ROUND = 2;
-const READERS_PER_ABORT = 8;
+
+/** Abort moments as fractions of an unaborted planter's time to first token: mid-prefill to late transfer. */
+const ABORT_FRACTIONS = [0.15, 0.3, 0.1, 0.4, 0.2, 0.05, 0.5, 0.25];
+/** Windows come in threes: aborted mid-transfer, aborted mid-stream, the mid-stream planter's prompt re-sent and aborted early. */
+const CHARS_EVERY = 3;
+/** A re-sent prompt served from a host tier or cache loads faster than it prefills: abort it early. */
+const RESEND_FRACTIONS = [0.05, 0.1, 0.15, 0.08];
+/** Without a measured time to first token (it failed): fixed moments. */
+const FALLBACK_MS = [3, 12, 6, 30, 60, 20];
 
 export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   const out = new ResultBuilder(ABORT_RACE, ctx);
   const { poolTokens, contextTokens, reachable } = ctx.introspection;
   if (!reachable) {
     out.note('endpoint unreachable');
+    out.reason = 'unreachable';
     return out.finish('inconclusive');
   }
+  const wanted = ctx.tuning.abortRounds ?? trialsFor(RACE_DETECTABLE_RATE, RACE_CONFIDENCE);
+  const enough = trialsFor(RACE_DETECTABLE_RATE, RACE_CONFIDENCE);
   const line = await tokenLine(ctx, (ex) => out.add(ex));
-  const rounds = ctx.tuning.abortRounds ?? 4;
   const maxTokens = ctx.tuning.readerMaxTokens ?? 48;
   const bound = Math.min(poolTokens ?? Infinity, contextTokens ?? Infinity);
-  const planterTokens = ctx.tuning.planterTokens ?? (Number.isFinite(bound) ? clamp(Math.floor(bound / 4), 256, 4096) : 2048);
-  // Short readers: a reader's own transfer overwrites the pages it was handed, so the fewer it writes
-  // before decoding, the longer a late write into them survives to be read.
-  const readerTokens = Number.isFinite(bound) ? clamp(Math.floor(bound / 64), 64, 512) : 256;
+  const planterTokens = ctx.tuning.planterTokens ?? (Number.isFinite(bound) ? clamp(Math.floor(bound / 2), 256, 4096) : 2048);
+  // Short readers: a reader's own transfer overwrites the pages it was handed, so the sooner it lands, the
+  // more of the planter's queued batches land after it and are read.
+  const readerTokens = Math.floor(planterTokens / 4);
   const readerReps = line === undefined ? 0 : readerTokens < line.overhead + line.perRepetition ? 0 : repetitionsFor(line, readerTokens);
   const readerEstimate = line === undefined ? 96 : tokensFor(line, readerReps);
   const reader = readerPrompt(readerReps);
 
-  // Ballast: hold the largest (reservation) pool nearly full, so that freed pages are reused at once.
-  const reservationPool = ctx.introspection.largestPoolTokens ?? poolTokens;
-  // Room for the planters and the readers of one abort, and a sliver: the readers' pages then come
-  // mostly from the planter that was just aborted.
-  const roundNeed = PLANTERS_PER_ROUND * (planterTokens + maxTokens) + READERS_PER_ABORT * (readerEstimate + maxTokens);
+  // The pool where pages are reserved: decode's where named, else the largest exposed.
+  const reservationPool = ctx.introspection.reservationPoolTokens ?? ctx.introspection.largestPoolTokens ?? poolTokens;
+  const page = ctx.introspection.pageSize ?? 16;
+  const planterReserve = planterTokens + maxTokens + page;
+  const slack = reservationPool === undefined ? 0 : Math.max(4 * page, Math.ceil(reservationPool * 0.02));
   const ballastTokens =
-    line !== undefined && reservationPool !== undefined && ctx.tuning.abortBallast !== false ? Math.max(0, reservationPool - roundNeed - Math.ceil(reservationPool * 0.01)) : 0;
-  const admitBound = Math.min(poolTokens ?? Infinity, contextTokens ?? Infinity);
-  const ballastPieces = ballastTokens === 0 ? 0 : Math.ceil(ballastTokens / Math.max(1, admitBound * 0.8));
-  if (ballastTokens > 0) out.note(`ballast: ${ballastPieces} request(s), ~${ballastTokens} tokens held per round (pool ${reservationPool})`);
+    line !== undefined && reservationPool !== undefined && ctx.tuning.abortBallast !== false ? Math.max(0, reservationPool - planterReserve - slack) : 0;
+  // Readers of one window: together they reserve the planter's pages and the slack in front of them.
+  const readerReserve = readerEstimate + maxTokens;
+  const readersPerWindow = clamp(Math.ceil((planterReserve + slack) / readerReserve) + 1, 4, 64);
+  const admit = Math.min(bound, ctx.introspection.maxInputTokens ?? Infinity);
+  const ballast = holdBallast(ctx, { tokens: ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex) });
+  out.note(
+    `window: 1 planter of ~${planterTokens} tokens aborted before its first token, then ${readersPerWindow} readers of ~${readerEstimate} tokens` +
+      (ballastTokens > 0 ? `; ballast ~${ballastTokens} tokens in ${ballast.pieces} request(s) (reservation pool ${reservationPool})` : '; no ballast (pool not exposed)'),
+  );
 
   const sizing = initialSizing();
-  let abortedInFlight = 0;
-  let planters = 0;
+  let windows = 0;
+  let attempts = 0;
+  let missed = 0;
   let readersOk = 0;
   let readersSent = 0;
-  let moment = 0;
-  for (let round = 0; round < rounds && !ctx.signal.aborted; round++) {
-    const ballastStop = new AbortController();
-    const ballast = holdBallast(ctx, ballastPieces, ballastTokens, ballastStop.signal, line);
-    await ballast.holding;
-    const inRound = Array.from({ length: PLANTERS_PER_ROUND }, async () => {
-      const abortAfter = ABORT_SCHEDULE[moment++ % ABORT_SCHEDULE.length]!;
-      const { ex } = await plant(ctx, sizing, { tokens: planterTokens, maxTokens, stream: true, abortAfter });
-      if (out.add(ex) === undefined) return;
-      planters++;
-      if (ex!.result.transport === 'aborted') abortedInFlight++;
+  let cut: 'budget' | 'deadline' | undefined;
+  const maxAttempts = wanted * 2 + 4;
+  let complete: { prompt: string; sent: string[]; estimate: number } | undefined;
+  try {
+    await ballast.ensure();
+    // An identical planter, not aborted: its time to first token spans its prefill and transfer.
+    const probe = await plant(ctx, sizing, { tokens: planterTokens, maxTokens: 1, stream: true });
+    if (out.add(probe.ex) === undefined) cut = ctx.signal.aborted ? 'deadline' : 'budget';
+    const ttft = probe.ex?.result.transport === 'ok' ? probe.ex.result.ttftMs : undefined;
+    out.note(ttft === undefined ? `no time to first token measured: aborts at fixed moments (${FALLBACK_MS.join(', ')} ms)` : `planter time to first token ${Math.round(ttft)} ms: aborts at ${ABORT_FRACTIONS.map((f) => Math.round(f * 100)).join('/')}% of it`);
+    while (cut === undefined && windows < wanted && attempts < maxAttempts && out.findings.length === 0) {
+      if (ctx.signal.aborted) {
+        cut = 'deadline';
+        break;
+      }
+      await ballast.ensure();
+      // Every third window aborts mid-stream (the prompt's KV complete: an engine with a host tier writes it
+      // back); the window after it re-sends that same prompt and aborts it early, while a load of it from
+      // the host tier (or its prefill and transfer) is still landing.
+      const phase = attempts % CHARS_EVERY;
+      const midStream = phase === 1;
+      const resend = phase === 2 ? complete : undefined;
+      complete = undefined;
+      const abortAfter: AbortAfter = midStream
+        ? { chars: 1 + (attempts % 12) }
+        : resend !== undefined && ttft !== undefined
+          ? { ms: Math.max(1, Math.round(ttft * RESEND_FRACTIONS[attempts % RESEND_FRACTIONS.length]!)) }
+          : ttft === undefined
+          ? { ms: FALLBACK_MS[attempts % FALLBACK_MS.length]! }
+          : { ms: Math.max(1, Math.round(ttft * ABORT_FRACTIONS[attempts % ABORT_FRACTIONS.length]!)) };
+      attempts++;
+      let ex: Exchange | undefined;
+      if (resend !== undefined) {
+        ex = await exchange(ctx, { role: 'planter', prompt: resend.prompt, promptTokens: resend.estimate, maxTokens, stream: true, abortAfter });
+        if (ex !== undefined) ex = sentBySelf(ex, resend.sent);
+      } else {
+        const planted = await plant(ctx, sizing, { tokens: planterTokens, maxTokens, stream: true, abortAfter });
+        ex = planted.ex;
+        if (midStream && ex !== undefined && ex.result.generatedChars > 0) complete = planted;
+      }
+      if (out.add(ex) === undefined) {
+        cut = ctx.signal.aborted ? 'deadline' : 'budget';
+        break;
+      }
       // The moment the abort lands: readers, together.
       const readers = await Promise.all(
-        Array.from({ length: READERS_PER_ABORT }, () => exchange(ctx, { role: 'reader', prompt: reader, promptTokens: readerEstimate, maxTokens, stream: true })),
+        // Reader i opens the same way in every window and differently from the others: a cache or host tier
+        // that keeps its pages past their release serves them to reader i of the next window.
+        Array.from({ length: readersPerWindow }, (_, i) =>
+          exchange(ctx, { role: 'reader', prompt: process.env.SAME ? reader : `Ledger ${i + 1}. ${reader}`, promptTokens: readerEstimate + 4, maxTokens, stream: true }),
+        ),
       );
+      let ok = 0;
+      let sent = 0;
       for (const r of readers) {
         if (out.add(r) === undefined) continue;
-        readersSent++;
-        if (r!.result.transport === 'ok') readersOk++;
+        sent++;
+        if (r!.result.transport === 'ok') ok++;
       }
-    });
-    await Promise.all(inRound);
-    ballastStop.abort();
-    for (const b of await ballast.done) out.add(b);
+      readersOk += ok;
+      readersSent += sent;
+      if (sent < readersPerWindow && !ctx.signal.aborted) cut = 'budget';
+      // Counted: aborted before it ended (mid-prefill or mid-transfer when no text came; mid-stream otherwise).
+      const inFlight = ex!.result.transport === 'aborted' && (midStream || ex!.result.generatedChars === 0);
+      if (inFlight && ok * 2 > readersPerWindow) windows++;
+      else missed++;
+    }
+  } finally {
+    await ballast.release();
   }
-  out.note(`${planters} planter(s), ${abortedInFlight} aborted in flight; ${readersOk}/${readersSent} readers answered`);
-  if (abortedInFlight === 0) {
-    out.note('no planter was still in flight when aborted: the race was not exercised');
+  out.power = powerOf(windows, RACE_DETECTABLE_RATE);
+  out.note(
+    `${windows} race window(s) exercised in ${attempts} attempt(s) (${missed} not counted: planter answered before the abort, or readers failed); ` +
+      `${readersOk}/${readersSent} readers answered; power: a fault showing in ${RACE_DETECTABLE_RATE * 100}% of windows caught with probability ${out.power.confidence}`,
+  );
+  if (out.findings.length > 0) return out.finish('inconclusive'); // fail: findings decide
+  if (cut !== undefined) {
+    out.note(cut === 'budget' ? 'cut short by the token budget: isolation not established (not the endpoint\'s fault)' : 'cut short by the cycle deadline');
+    out.reason = cut;
+    return out.finish('inconclusive');
+  }
+  if (windows < enough || out.power.confidence < RACE_CONFIDENCE) {
+    out.note(`fewer than the ${enough} windows a pass needs (confidence ${RACE_CONFIDENCE} at rate ${RACE_DETECTABLE_RATE})`);
+    out.reason = 'power';
     return out.finish('inconclusive');
   }
   if (readersSent === 0 || readersOk * 2 < readersSent) {
@@ -105,38 +185,4 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
     return out.finish('inconclusive');
   }
   return out.finish('pass');
-}
-
-/**
- * Starts `pieces` ballast generations together; `holding` resolves once each is decoding (its first text
- * arrived, so its pages are held) or has ended; `done` once all have ended (abort them with `stop`).
- */
-function holdBallast(
-  ctx: ScenarioContext,
-  pieces: number,
-  tokens: number,
-  stop: AbortSignal,
-  line: TokenLine | undefined,
-): { holding: Promise<void>; done: Promise<Array<Exchange | undefined>> } {
-  if (pieces === 0 || line === undefined) return { holding: Promise.resolve(), done: Promise.resolve([]) };
-  const each = Math.floor(tokens / pieces);
-  const maxTokens = Math.min(4096, Math.max(256, Math.floor(each / 2)));
-  const reps = repetitionsFor(line, Math.max(16, each - maxTokens));
-  const started: Array<Promise<void>> = [];
-  const done = Promise.all(
-    Array.from({ length: pieces }, () => {
-      let onFirst!: () => void;
-      started.push(new Promise<void>((resolve) => (onFirst = resolve)));
-      return exchange(ctx, {
-        role: 'ballast',
-        prompt: overlimitPrompt(reps),
-        promptTokens: tokensFor(line, reps),
-        maxTokens,
-        stream: true,
-        signal: stop,
-        onFirstText: onFirst,
-      }).finally(onFirst);
-    }),
-  );
-  return { holding: Promise.all(started).then(() => {}), done };
 }

@@ -15,11 +15,17 @@
  *   context of upload. A 2xx with generated text, or a 2xx with no error, is `rejection-not-enforced`.
  * - Every response of every role is scanned; a foreign marker is `cross-request-leak`, and its evidence
  *   names the planting and the reading tenant.
- * - Pass needs most requests answered (a clean rejection is an answer) and at least one planter and one
- *   reader through; otherwise inconclusive.
+ * - Power: one window is one wave in which a planter of one tenant and a reader of the other were both
+ *   answered while in flight together. The configured widths are one pass; passes repeat (without over-limit
+ *   prompts after the first) until 29 windows are reached (a fault showing in 10% of windows caught with
+ *   probability 0.95), stopping at the first finding.
+ * - Pass needs most requests answered (a clean rejection is an answer), at least one planter and one reader
+ *   through, and the stated power; otherwise inconclusive (reason `power`, `budget` or `deadline` where the
+ *   prober's own limits cut it short).
  */
 import { overlimitPrompt, planterPrompt, readerPrompt, repetitionsFor, tokensFor, type TokenLine } from '../prompts.js';
-import type { ScenarioResult } from '../result.js';
+import { powerOf, trialsFor, type ScenarioResult } from '../result.js';
+import { RACE_CONFIDENCE, RACE_DETECTABLE_RATE } from './race-power.js';
 import { tokenLine } from './calibration.js';
 import type { ScenarioContext, Tenant } from './context.js';
 import { exchange, type Exchange } from './exchange.js';
@@ -45,6 +51,7 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
   const { contextTokens, poolTokens, reachable } = ctx.introspection;
   if (!reachable) {
     out.note('endpoint unreachable');
+    out.reason = 'unreachable';
     return out.finish('inconclusive');
   }
   const pair = tenantPair(ctx);
@@ -82,7 +89,7 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
   let k = 0;
   let readerTurn = 0;
 
-  const runSlot = async (slot: Slot): Promise<void> => {
+  const runSlot = async (slot: Slot): Promise<boolean> => {
     let ex: Exchange | undefined;
     if (slot.role === 'planter') {
       ex = (await plant(ctx, sizing, { tokens: planterTokens, tenant: slot.tenant, maxTokens, stream: true })).ex;
@@ -92,7 +99,7 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
     } else {
       ex = await exchange(ctx, { role: 'overlimit', tenant: slot.tenant, prompt: overlimitPrompt(overReps!), promptTokens: tokensFor(line!, overReps!), maxTokens, stream: true });
     }
-    if (out.add(ex) === undefined) return;
+    if (out.add(ex) === undefined) return false;
     tally.sent++;
     if (slot.role === 'overlimit') {
       const v = judgeRejection(CONCURRENT_INTERLEAVE, 'beyond-context under concurrency', true, ex!, { contextTokens: contextTokens! });
@@ -100,35 +107,67 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
       if (v.state === 'undecided') tally.undecided++;
       else tally.answered++;
       if (v.state === 'rejected') tally.rejected++;
-      return;
+      return false;
     }
-    if (ex!.result.transport !== 'ok') return;
+    if (ex!.result.transport !== 'ok') return false;
     tally.answered++;
     if (slot.role === 'planter') tally.plantersOk++;
     else tally.readersOk++;
+    return true;
   };
 
-  for (const width of waves) {
-    if (ctx.signal.aborted) break;
-    const slots: Slot[] = [];
-    let overlimits = 0;
-    while (slots.length < width) {
-      const combo = combos[k++ % combos.length]!;
-      if (combo.role === 'overlimit' && overlimits >= MAX_OVERLIMIT_PER_WAVE) {
-        slots.push({ tenant: combo.tenant, role: 'reader' });
-        continue;
+  // Windows: waves in which a planter of one tenant and a reader of the other were answered together. The
+  // configured widths are one pass; passes repeat (over-limit prompts only in the first: each costs a whole
+  // context of upload) until the stated power is reached.
+  const wanted = trialsFor(RACE_DETECTABLE_RATE, RACE_CONFIDENCE);
+  const maxWaves = Math.max(waves.length, wanted * 2 + 4);
+  const plainCombos = slotOrder([pair.a, pair.b], ['planter', 'reader']);
+  let windows = 0;
+  let waveCount = 0;
+  let cut: 'budget' | 'deadline' | undefined;
+  for (let pass = 0; waves.length > 0 && windows < wanted && waveCount < maxWaves && cut === undefined && out.findings.length === 0; pass++) {
+    const order = pass === 0 ? combos : plainCombos;
+    if (pass === 1) k = 0;
+    for (const width of waves) {
+      if (ctx.signal.aborted) {
+        cut = 'deadline';
+        break;
       }
-      if (combo.role === 'overlimit') overlimits++;
-      slots.push(combo);
+      if (waveCount >= maxWaves || (pass > 0 && windows >= wanted)) break;
+      waveCount++;
+      const slots: Slot[] = [];
+      let overlimits = 0;
+      while (slots.length < width) {
+        const combo = order[k++ % order.length]!;
+        if (combo.role === 'overlimit' && overlimits >= MAX_OVERLIMIT_PER_WAVE) {
+          slots.push({ tenant: combo.tenant, role: 'reader' });
+          continue;
+        }
+        if (combo.role === 'overlimit') overlimits++;
+        slots.push(combo);
+      }
+      const before = tally.answered;
+      const sentBefore = tally.sent;
+      const through: Slot[] = [];
+      await Promise.all(slots.map(async (slot) => ((await runSlot(slot)) ? through.push(slot) : undefined)));
+      if (tally.sent - sentBefore < width && !ctx.signal.aborted) cut = 'budget';
+      if (through.some((p) => p.role === 'planter' && through.some((r) => r.role === 'reader' && r.tenant !== p.tenant))) windows++;
+      if (pass === 0) out.note(`wave of ${width}: ${tally.answered - before}/${width} answered (${slots.map((s) => `${s.tenant.name}:${s.role}`).join(', ')})`);
+      if (cut !== undefined) break;
     }
-    const before = tally.answered;
-    await Promise.all(slots.map(runSlot));
-    out.note(`wave of ${width}: ${tally.answered - before}/${width} answered (${slots.map((s) => `${s.tenant.name}:${s.role}`).join(', ')})`);
   }
+  out.power = powerOf(windows, RACE_DETECTABLE_RATE);
+  out.note(`${windows} window(s) in ${waveCount} wave(s): a fault showing in ${RACE_DETECTABLE_RATE * 100}% of windows caught with probability ${out.power.confidence}`);
 
   out.note(`${tally.answered}/${tally.sent} answered: ${tally.plantersOk} planter(s), ${tally.readersOk} reader(s) through, ${tally.rejected} over-limit rejected`);
+  if (out.findings.length > 0) return out.finish('inconclusive'); // fail: the findings decide
+  if (cut !== undefined) {
+    out.note(cut === 'budget' ? "cut short by the token budget: isolation not established (not the endpoint's fault)" : 'cut short by the cycle deadline');
+    out.reason = cut;
+    return out.finish('inconclusive');
+  }
   if (tally.sent === 0) {
-    out.note('nothing was sent (token budget or cycle stopped)');
+    out.note('nothing was sent');
     return out.finish('inconclusive');
   }
   if (tally.answered * 2 <= tally.sent) {
@@ -137,6 +176,11 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
   }
   if (tally.plantersOk === 0 || tally.readersOk === 0) {
     out.note(tally.plantersOk === 0 ? 'no planter was accepted: nothing to leak' : 'no reader was answered');
+    return out.finish('inconclusive');
+  }
+  if (out.power.confidence < RACE_CONFIDENCE) {
+    out.note(`fewer than the ${wanted} windows a pass needs (confidence ${RACE_CONFIDENCE} at rate ${RACE_DETECTABLE_RATE})`);
+    out.reason = 'power';
     return out.finish('inconclusive');
   }
   return out.finish('pass');

@@ -32,7 +32,11 @@ export interface PlantSpec {
   abortAfter?: AbortAfter;
 }
 
-export async function plant(ctx: ScenarioContext, sizing: PlanterSizing, spec: PlantSpec): Promise<{ ex: Exchange | undefined; markers: number }> {
+export async function plant(
+  ctx: ScenarioContext,
+  sizing: PlanterSizing,
+  spec: PlantSpec,
+): Promise<{ ex: Exchange | undefined; markers: number; prompt: string; sent: string[]; estimate: number }> {
   const tenant = spec.tenant ?? ctx.tenants[0]!;
   const role = spec.role ?? 'planter';
   const repeated = ctx.tuning.planterLayout === 'repeated';
@@ -59,5 +63,5 @@ export async function plant(ctx: ScenarioContext, sizing: PlanterSizing, spec: P
     sizing.tokensPerMarker = Math.max(1, (usage.promptTokens - PLANTER_OVERHEAD_CHARS / 4) / count);
     sizing.measured = true;
   }
-  return { ex, markers: count };
+  return { ex, markers: count, prompt, sent: entries.map((e) => e.marker), estimate };
 }

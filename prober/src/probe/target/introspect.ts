@@ -29,6 +29,12 @@ export interface Introspection {
   poolTokens?: number;
   /** The largest KV pool seen (in disaggregated serving, usually decode's, where reservations live). */
   largestPoolTokens?: number;
+  /**
+   * The pool where a request's pages are reserved and read: decode's, when a disaggregated deployment names
+   * its decode pool (the smallest decode pool where there are several), else undefined (then the largest is the
+   * best guess). Race workloads size their ballast to it: prefill's pool may be larger and holds nothing for long.
+   */
+  reservationPoolTokens?: number;
   pageSize?: number;
   /** The longest input the server admits (SGLang's max_req_input_len). */
   maxInputTokens?: number;
@@ -188,6 +194,7 @@ export async function introspect(client: TargetClient, opts: IntrospectOptions =
       if (pool !== undefined) {
         out.poolTokens = out.poolTokens === undefined ? pool : Math.min(out.poolTokens, pool);
         out.largestPoolTokens = Math.max(out.largestPoolTokens ?? 0, pool);
+        if (role.startsWith('decode')) out.reservationPoolTokens = Math.min(out.reservationPoolTokens ?? Infinity, pool);
       }
       if (page !== undefined) out.pageSize ??= page;
       if (maxIn !== undefined) out.maxInputTokens = out.maxInputTokens === undefined ? maxIn : Math.min(out.maxInputTokens, maxIn);

@@ -1,0 +1,114 @@
+/**
+ * `npm run bench:races`: per-run recall of the race faults, and false positives on their defended twins.
+ *
+ * Each cell starts one bundled engine (a preset, a scale, a free-list order, one race fault or its defended
+ * twin) and runs `runs` probe runs of the scenario against it, each exactly what `kvcanary run --scenario
+ * abort-race` does (a fresh marker registry per run, as a fresh `run` process has). A run counts as a
+ * detection when it raised `cross-request-leak`. Recall is shown with its 95% Wilson interval; the twins'
+ * false-positive rate with its exact one-sided 95% bound.
+ *
+ *   npx tsx bench/races.ts [--runs N] [--cells NAME,...] [--scenario NAME] [--out FILE]
+ *
+ * Writes bench/races.json (or --out) and prints a table. Run it on a quiet machine (`nice -n 10` on a shared
+ * one): the races depend on timing.
+ */
+import { writeFileSync } from 'node:fs';
+import { startEngine, type StartEngineOptions } from '../engine-under-test/src/index.js';
+import { createMarkerRegistry } from '../prober/src/probe/marker-registry.js';
+import { runProbe } from '../prober/src/probe/probe.js';
+import { createScanner } from '../prober/src/probe/scanner.js';
+import type { TargetConfig } from '../prober/src/service/config.js';
+import { formatProportion, proportion, zeroEventUpperBound } from './proportion.js';
+
+interface Cell {
+  name: string;
+  engine: StartEngineOptions;
+  /** true: the fault is present (recall); false: a defended twin (false positives). */
+  positive: boolean;
+}
+
+const FAULTS = ['late-write', 'offload-release-race'] as const;
+const TWIN_DEFENSE = { 'late-write': 'deferred-release', 'offload-release-race': 'transfer-integrity' } as const;
+
+function allCells(): Cell[] {
+  const cells: Cell[] = [];
+  for (const fault of FAULTS) {
+    for (const preset of ['remediated', 'incident', 'disaggregated']) {
+      for (const freeList of ['fifo', 'lifo'] as const) {
+        cells.push({ name: `${preset}/64/${freeList}/${fault}`, engine: { preset, scale: 64, freeList, faults: [fault] }, positive: true });
+      }
+    }
+    cells.push({ name: `remediated/128/fifo/${fault}`, engine: { preset: 'remediated', scale: 128, freeList: 'fifo', faults: [fault] }, positive: true });
+    cells.push({
+      name: `remediated/64/fifo/${fault}+${TWIN_DEFENSE[fault]}`,
+      engine: { preset: 'remediated', scale: 64, freeList: 'fifo', faults: [fault], defenses: [TWIN_DEFENSE[fault]] },
+      positive: false,
+    });
+  }
+  return cells;
+}
+
+function arg(name: string): string | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
+
+const runs = Number(arg('runs') ?? 30);
+const scenario = arg('scenario') ?? 'abort-race';
+const wanted = arg('cells')?.split(',');
+const cells = allCells().filter((c) => wanted === undefined || wanted.includes(c.name));
+const out = arg('out') ?? 'bench/races.json';
+
+const target = (url: string): TargetConfig => ({
+  name: 'bench',
+  baseUrl: url,
+  headers: {},
+  tenants: [],
+  scenarios: [],
+  schedule: { intervalMs: 240_000, timeoutMs: 120_000, jitterMs: 0 },
+  budget: { tokensPerHour: Number.MAX_SAFE_INTEGER },
+});
+
+const rows = [];
+for (const cell of cells) {
+  const engine = await startEngine({ ...cell.engine, log: () => {} });
+  let detected = 0;
+  let passed = 0;
+  const durations: number[] = [];
+  const confidences: number[] = [];
+  try {
+    for (let i = 0; i < runs; i++) {
+      const registry = createMarkerRegistry();
+      const t0 = performance.now();
+      const run = await runProbe(
+        { registry, scanner: createScanner(registry) },
+        { target: target(engine.url), scenarios: [scenario], runId: `races-${i}`, signal: new AbortController().signal, tokenBudget: 1e12 },
+      );
+      durations.push(performance.now() - t0);
+      const s = run.scenarios[0]!;
+      if (s.findings.some((f) => f.kind === 'cross-request-leak')) detected++;
+      if (s.outcome === 'pass') passed++;
+      if (s.power !== undefined) confidences.push(s.power.confidence);
+    }
+  } finally {
+    await engine.close();
+  }
+  durations.sort((a, b) => a - b);
+  const row = {
+    cell: cell.name,
+    positive: cell.positive,
+    runs,
+    detected,
+    passed,
+    recall: cell.positive ? proportion(detected, runs) : undefined,
+    falsePositiveBound: cell.positive ? undefined : detected === 0 ? zeroEventUpperBound(runs) : proportion(detected, runs).high,
+    medianRunMs: Math.round(durations[Math.floor(durations.length / 2)] ?? 0),
+    minConfidence: confidences.length > 0 ? Math.min(...confidences) : undefined,
+  };
+  rows.push(row);
+  console.log(
+    `${cell.name.padEnd(52)} ${cell.positive ? `recall ${formatProportion(row.recall!)}` : `false positives ${detected}/${runs} (95% bound ${row.falsePositiveBound?.toFixed(3)})`}` +
+      `  pass ${passed}/${runs}  median run ${(row.medianRunMs / 1000).toFixed(1)} s`,
+  );
+  writeFileSync(out, JSON.stringify({ scenario, runsPerCell: runs, measuredAt: new Date().toISOString(), rows }, null, 2) + '\n');
+}
