@@ -82,7 +82,7 @@ export async function serveMain(args: string[]): Promise<number> {
   const service = await createService({
     config,
     logger,
-    createProbe: ({ store, logger: log, config: current }) => {
+    createProbe: ({ store, logger: log, config: current, readKeyFile }) => {
       const registry = createMarkerRegistry();
       const since = Date.now() - current().store.retentionMs;
       registry.add(store.loadMarkers(since));
@@ -90,6 +90,7 @@ export async function serveMain(args: string[]): Promise<number> {
         registry,
         scanner: createScanner(registry),
         onMarkers: (rows) => store.recordMarkers(rows),
+        readKeyFile,
         progress: (m) => log.debug({ progress: m }, 'probe progress'),
       });
     },
@@ -134,7 +135,7 @@ export async function serveMain(args: string[]): Promise<number> {
 function printFindings(run: ProbeRun): void {
   for (const s of run.scenarios) {
     for (const f of s.findings) {
-      process.stdout.write(`FINDING ${f.kind} target=${run.target} severity=${f.severity} scenario=${f.scenario}${f.evidence.match !== undefined ? ` match=${JSON.stringify(f.evidence.match.slice(0, 60))}` : ''}\n`);
+      process.stdout.write(`FINDING ${f.kind} target=${run.target} severity=${f.severity} scenario=${f.scenario}${f.evidence.match !== undefined ? ` match=${JSON.stringify(f.evidence.match.slice(0, 60))}` : ''}${f.acknowledged !== undefined ? ' acknowledged' : ''}\n`);
     }
   }
 }

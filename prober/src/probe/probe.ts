@@ -4,6 +4,7 @@
  * scenarios in order and returns a ProbeRun. Faults of the target never throw out of here: they become
  * inconclusive scenarios.
  */
+import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import type { TargetConfig } from '../service/config.js';
@@ -21,6 +22,8 @@ export interface ProbeDeps {
   scanner: Scanner;
   /** Where API keys are read from (by the variable names the config gives). @default process.env */
   env?: Record<string, string | undefined>;
+  /** Reads an `api_key_file` (the service's caches by mtime). @default read the file each probe call */
+  readKeyFile?: (file: string) => string | undefined;
   /** Persist markers before the request carrying them is sent. */
   onMarkers?: (entries: MarkerEntry[]) => void;
   progress?: (message: string) => void;
@@ -41,7 +44,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
   const progress = deps.progress ?? (() => {});
   const startedAt = clock().toISOString();
   const { target } = req;
-  const tenants = buildTenants(target, deps.env ?? process.env, deps.requestTimeoutMs ?? target.schedule.timeoutMs);
+  const tenants = buildTenants(target, deps.env ?? process.env, deps.requestTimeoutMs ?? target.schedule.timeoutMs, deps.readKeyFile ?? readKeyFileNow);
   // One cycle signal, listened to by every request in flight (dozens at once): lift the listener warning.
   const cycle = new AbortController();
   setMaxListeners(0, cycle.signal);
@@ -110,8 +113,17 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
   }
 }
 
-function buildTenants(target: TargetConfig, env: Record<string, string | undefined>, timeoutMs: number): Tenant[] {
-  const keyOf = (name: string | undefined): string | undefined => (name === undefined ? undefined : env[name] || undefined);
+function readKeyFileNow(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8').trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function buildTenants(target: TargetConfig, env: Record<string, string | undefined>, timeoutMs: number, readKeyFile: (file: string) => string | undefined): Tenant[] {
+  const keyOf = (name: string | undefined, file?: string): string | undefined =>
+    (file !== undefined ? readKeyFile(file) : name === undefined ? undefined : env[name] || undefined);
   // keyId: an opaque label, equal for tenants that send the same key (the first such tenant's name), never the key.
   const keyIds = new Map<string | undefined, string>();
   const make = (name: string, apiKey: string | undefined, extraBody: Record<string, unknown>): Tenant => {
@@ -123,8 +135,10 @@ function buildTenants(target: TargetConfig, env: Record<string, string | undefin
       keyId: keyIds.get(apiKey)!,
     };
   };
-  if (target.tenants.length === 0) return [make('default', keyOf(target.apiKeyEnv), {})];
-  return target.tenants.map((t) => make(t.name, keyOf(t.apiKeyEnv ?? target.apiKeyEnv), t.cacheSalt !== undefined ? { cache_salt: t.cacheSalt } : {}));
+  if (target.tenants.length === 0) return [make('default', keyOf(target.apiKeyEnv, target.apiKeyFile), {})];
+  return target.tenants.map((t) => make(t.name,
+    t.apiKeyEnv !== undefined || t.apiKeyFile !== undefined ? keyOf(t.apiKeyEnv, t.apiKeyFile) : keyOf(target.apiKeyEnv, target.apiKeyFile),
+    t.cacheSalt !== undefined ? { cache_salt: t.cacheSalt } : {}));
 }
 
 function tokenBudget(limit: number): TokenBudget {
