@@ -31,7 +31,7 @@ schedule:
   jitter: 30s
   scenarios:                      # cost tiers: these run only once per interval; the others every cycle.
 ${tiers}
-    # (not listed: capacity-audit and overlimit-rejection, the cheap rejection check, run every cycle)
+    # (not listed: capacity-audit, which sends no prompts, runs every cycle)
 
 budget:
   tokens_per_hour: 2000000        # per target; a cycle that would not fit is skipped and counted
