@@ -12,7 +12,9 @@ commands:
   run            probe one endpoint now and print the verdict
   serve          run the scheduled prober (metrics, status page, evidence store)
   check-config   validate a serve config file
-  report         list stored run outcomes and findings
+  report         list stored run outcomes, findings and silences
+  ack            acknowledge a known finding until a date, with a reason
+  init           write a commented example serve config
   engine         start the bundled reference engine (engine-under-test)
 
 global options:
@@ -29,6 +31,8 @@ const COMMANDS: Record<string, () => Promise<CommandMain>> = {
   serve: async () => (await import('./commands/serve.js')).serveMain,
   'check-config': async () => (await import('./commands/check-config.js')).checkConfigMain,
   report: async () => (await import('./commands/report.js')).reportMain,
+  ack: async () => (await import('./commands/ack.js')).ackMain,
+  init: async () => (await import('./commands/init.js')).initMain,
   engine: async () => (await import('../../engine-under-test/src/cli.js')).engineMain,
 };
 

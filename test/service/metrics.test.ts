@@ -9,6 +9,7 @@ const AGREED = {
   kvcanary_probe_runs_total: 'counter',
   kvcanary_probe_cycles_total: 'counter',
   kvcanary_findings_total: 'counter',
+  kvcanary_findings_acknowledged_total: 'counter',
   kvcanary_probe_duration_seconds: 'histogram',
   kvcanary_request_duration_seconds: 'histogram',
   kvcanary_time_to_first_token_seconds: 'histogram',

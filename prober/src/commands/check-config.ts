@@ -22,11 +22,11 @@ export async function checkConfigMain(args: string[]): Promise<number> {
     // Checks that each api_key_env is named, not that it is set here: serve and run check that.
     const config = await loadConfig(args[0]!, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
     const lines = config.targets.map(
-      (t) => `  ${t.name}: ${t.baseUrl} every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}${t.deadlineMs !== undefined ? `, deadline ${formatDuration(t.deadlineMs)}` : ''}), scenarios ${t.scenarios.join(', ')}`,
+      (t) => `  ${t.name}: ${t.baseUrl} every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}${t.deadlineMs !== undefined ? `, deadline ${formatDuration(t.deadlineMs)}` : ''}), scenarios ${t.scenarios.join(', ')}${tiers(t.schedule.scenarioIntervalsMs, t.scenarios)}`,
     );
     for (const d of config.discovery ?? []) {
       const t = d.template;
-      lines.push(`  ${t.name}/*: discovered by ${describeSource(d.spec.source)} (refresh ${formatDuration(d.spec.refreshMs)}, ${d.spec.scheme}://HOST:PORT${d.spec.pathPrefix}) every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}), scenarios ${t.scenarios.join(', ')}`);
+      lines.push(`  ${t.name}/*: discovered by ${describeSource(d.spec.source)} (refresh ${formatDuration(d.spec.refreshMs)}, ${d.spec.scheme}://HOST:PORT${d.spec.pathPrefix}) every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}), scenarios ${t.scenarios.join(', ')}${tiers(t.schedule.scenarioIntervalsMs, t.scenarios)}`);
     }
     const discovered = (config.discovery ?? []).length;
     process.stdout.write(`${args[0]}: valid, ${config.targets.length} target(s)${discovered > 0 ? ` and ${discovered} discovery entr${discovered === 1 ? 'y' : 'ies'}` : ''}\n${lines.join('\n')}\n`);
@@ -38,4 +38,9 @@ export async function checkConfigMain(args: string[]): Promise<number> {
     }
     throw err;
   }
+}
+
+function tiers(every: Record<string, number> | undefined, scenarios: readonly string[]): string {
+  const listed = Object.entries(every ?? {}).filter(([s]) => scenarios.includes(s));
+  return listed.length === 0 ? '' : `; less often: ${listed.map(([s, ms]) => `${s} every ${formatDuration(ms)}`).join(', ')}`;
 }

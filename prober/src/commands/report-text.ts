@@ -4,6 +4,7 @@
  * who read it and the excerpt (what the alert runbook promises). Everything passes through forTerminal: the
  * store holds target-supplied text.
  */
+import { isActive, type Silence } from '../service/silences.js';
 import type { RunSummary, StoredFinding } from '../service/store.js';
 import { forTerminal, oneLine } from '../terminal-text.js';
 
@@ -11,7 +12,7 @@ function who(p: { tenant: string; role: string; requestId: string } | undefined)
   return p === undefined ? '?' : `${p.tenant}/${p.role} ${p.requestId}`;
 }
 
-export function reportText(since: number, runs: readonly RunSummary[], findings: readonly StoredFinding[]): string {
+export function reportText(since: number, runs: readonly RunSummary[], findings: readonly StoredFinding[], silences: readonly Silence[] = [], now = Date.now()): string {
   const out: string[] = [`runs since ${new Date(since).toISOString()} (${runs.length}), newest first:`];
   const byShown = [...runs].sort((a, b) => b.finishedAt.localeCompare(a.finishedAt));
   for (const r of byShown) {
@@ -37,9 +38,14 @@ export function reportText(since: number, runs: readonly RunSummary[], findings:
       if (e.planted !== undefined) parts.push(`planted by ${who(e.planted)} at ${e.planted.at}`);
       if (e.read !== undefined) parts.push(`read by ${who(e.read)}`);
       if (f.chance > 0) parts.push(`chance ≤ ${f.chance.toExponential(1)}`);
+      if (f.acknowledged !== undefined) parts.push(`ACKNOWLEDGED (${oneLine(f.acknowledged)})`);
       out.push(parts.join('  '));
       if (e.excerpt !== undefined) out.push(`      excerpt: ${oneLine(e.excerpt)}`);
     }
+  }
+  out.push(`silences (${silences.length}):`);
+  for (const s of silences) {
+    out.push(`  ${isActive(s, now) ? 'active ' : 'expired'}  until ${s.expiresAt}  target=${s.target} kind=${s.kind}${s.scenario === undefined ? '' : ` scenario=${s.scenario}`}  by ${s.createdBy}: ${oneLine(s.reason)}`);
   }
   return forTerminal(out.join('\n'));
 }

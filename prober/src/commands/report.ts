@@ -1,28 +1,30 @@
 /**
- * `kvcanary report [--store FILE | --config FILE] [--since WHEN] [--target NAME] [--json]`: run outcomes
- * and findings from the evidence store, opened read-only. Evidence printed is what the store holds: bounded
- * and redacted. Usage, config and store problems are thrown to the CLI's error boundary (exit 64).
+ * `kvcanary report [--store FILE... | --config FILE] [--since WHEN] [--target NAME] [--json]`: run outcomes,
+ * findings and silences from one or more evidence stores (several shards' stores merge into one report),
+ * each opened read-only. Evidence printed is what the stores hold: bounded and redacted. Usage, config and
+ * store problems are thrown to the CLI's error boundary (exit 64).
  */
 import { existsSync, statSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
 import { DEFAULTS, loadConfig } from '../service/config.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
-import { openStore } from '../service/store.js';
+import type { Silence } from '../service/silences.js';
+import { openStore, type RunSummary, type StoredFinding } from '../service/store.js';
 import { parseArgsMessage, UsageError } from './usage.js';
 import { reportText } from './report-text.js';
 import { parseSince, SinceError } from '../since.js';
 import { shownString } from '../shown-value.js';
 
-const USAGE = `usage: kvcanary report [--store FILE | --config FILE] [--since WHEN] [--target NAME] [--json]
+const USAGE = `usage: kvcanary report [--store FILE... | --config FILE] [--since WHEN] [--target NAME] [--json]
 
-  --store FILE      evidence database (default ${DEFAULTS.storePath}); opened read-only: report never
-                    creates, migrates, chmods or changes the journal of it; a file that is not a kvcanary
-                    store is refused (exit 64)
+  --store FILE      evidence database (default ${DEFAULTS.storePath}); repeat it to merge several shards'
+                    stores into one report. Opened read-only: report never creates, migrates, chmods or
+                    changes the journal of a store; a file that is not a kvcanary store is refused (exit 64)
   --config FILE     take the store path from a serve config (api_key_env variables need not be set)
   --since WHEN      only runs and findings newer than this (default 24h): a duration (30m, 7d) or a
                     date/time (2026-12-01, 2026-12-01T09:30Z)
-  --target NAME     only this target (a name the store or the config knows; anything else is an error)
+  --target NAME     only this target (a name the stores or the config know; anything else is an error)
   --json            one JSON document on stdout
 
 exit codes: 0 no failed run in the window, 1 at least one failed run, 64 bad usage or not a kvcanary store,
@@ -36,7 +38,7 @@ export async function reportMain(args: string[]): Promise<number> {
       strict: true,
       allowPositionals: false,
       options: {
-        store: { type: 'string' },
+        store: { type: 'string', multiple: true },
         config: { type: 'string' },
         since: { type: 'string', default: '24h' },
         target: { type: 'string' },
@@ -60,34 +62,64 @@ export async function reportMain(args: string[]): Promise<number> {
     if (!(err instanceof SinceError)) throw err;
     throw new UsageError(`--since: ${err.message}`);
   }
-  let path = v.store ?? DEFAULTS.storePath;
+  let paths = v.store ?? [DEFAULTS.storePath];
   let configured: string[] = [];
   if (v.config !== undefined) {
     // report reads no target: the keys' variables need only be named, not set.
     const config = await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
-    path = config.store.path;
+    paths = [config.store.path];
     configured = config.targets.map((t) => t.name);
   }
-  if (!existsSync(path)) throw new UsageError(`no evidence store at ${path} (run \`kvcanary serve\` first, or pass --store)`);
-  if (statSync(path).isDirectory()) throw new UsageError(`--store: ${path} is a directory, not an evidence store file`);
-  const store = openStore({ path, retentionMs: Number.MAX_SAFE_INTEGER, readonly: true });
-  try {
-    if (v.target !== undefined) {
-      const known = new Set([...configured, ...store.latestPerTarget().map((t) => t.target)]);
-      if (!known.has(v.target)) {
-        throw new UsageError(`--target: no target named ${shownString(v.target)} in ${path}${known.size > 0 ? ` (known: ${[...known].sort().join(', ')})` : ' (it holds no runs yet)'}`);
-      }
-    }
-    const filter = { since, ...(v.target !== undefined ? { target: v.target } : {}) };
-    const runs = store.recentRuns({ ...filter, limit: 1000 });
-    const findings = store.findings({ ...filter, limit: 1000 });
-    if (v.json) {
-      process.stdout.write(JSON.stringify({ store: path, since: new Date(since).toISOString(), runs, findings }, null, 2) + '\n');
-    } else {
-      process.stdout.write(reportText(since, runs, findings) + '\n');
-    }
-    return runs.some((r) => r.outcome === 'fail') ? EXIT.fail : EXIT.pass;
-  } finally {
-    store.close();
+  for (const path of paths) {
+    if (!existsSync(path)) throw new UsageError(`no evidence store at ${path} (run \`kvcanary serve\` first, or pass --store)`);
+    if (statSync(path).isDirectory()) throw new UsageError(`--store: ${path} is a directory, not an evidence store file`);
   }
+  const filter = { since, ...(v.target !== undefined ? { target: v.target } : {}) };
+  const read = readStores(paths, filter);
+  if (v.target !== undefined) {
+    const known = new Set([...configured, ...read.targets]);
+    if (!known.has(v.target)) {
+      throw new UsageError(`--target: no target named ${shownString(v.target)} in ${paths.join(', ')}${known.size > 0 ? ` (known: ${[...known].sort().join(', ')})` : ' (it holds no runs yet)'}`);
+    }
+  }
+  const { runs, findings, silences } = read;
+  if (v.json) {
+    process.stdout.write(JSON.stringify({ store: paths.length === 1 ? paths[0] : paths, since: new Date(since).toISOString(), runs, findings, silences }, null, 2) + '\n');
+  } else {
+    process.stdout.write(reportText(since, runs, findings, silences) + '\n');
+  }
+  return runs.some((r) => r.outcome === 'fail') ? EXIT.fail : EXIT.pass;
+}
+
+interface StoresRead {
+  runs: RunSummary[];
+  findings: (StoredFinding & { store?: string })[];
+  silences: Silence[];
+  /** Every target any of the stores knows (for the --target check). */
+  targets: Set<string>;
+}
+
+/** Runs, findings and silences of one or more stores (shards), each opened read-only, merged newest first. */
+function readStores(paths: readonly string[], filter: { since: number; target?: string }): StoresRead {
+  const runs: RunSummary[] = [];
+  const findings: (StoredFinding & { store?: string })[] = [];
+  const silences = new Map<string, Silence>();
+  const targets = new Set<string>();
+  for (const path of paths) {
+    const store = openStore({ path, retentionMs: Number.MAX_SAFE_INTEGER, readonly: true });
+    try {
+      for (const t of store.latestPerTarget()) targets.add(t.target);
+      runs.push(...store.recentRuns({ ...filter, limit: 1000 }));
+      // Finding ids are per store: with several, each finding says which store holds it.
+      findings.push(...store.findings({ ...filter, limit: 1000 }).map((f) => (paths.length > 1 ? { ...f, store: path } : f)));
+      for (const s of store.silences()) silences.set(JSON.stringify([s.target, s.kind, s.scenario, s.expiresAt, s.reason]), s);
+    } finally {
+      store.close();
+    }
+  }
+  const seen = new Set<string>();
+  const uniqueRuns = runs.filter((r) => (seen.has(r.runId) ? false : (seen.add(r.runId), true)));
+  uniqueRuns.sort((a, b) => b.startedAt.localeCompare(a.startedAt));
+  findings.sort((a, b) => b.at.localeCompare(a.at));
+  return { runs: uniqueRuns.slice(0, 1000), findings: findings.slice(0, 1000), silences: [...silences.values()], targets };
 }

@@ -19,6 +19,7 @@ import type { ProbeRun } from '../probe/result.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { createInstallationRegistry, persistPlantings } from '../service/installation.js';
+import { createKeyFiles } from '../service/key-files.js';
 import { createService, type ProbeDeps } from '../service/service.js';
 import { parseArgsMessage, UsageError } from './usage.js';
 import { MAX_PORT } from '../bounds.js';
@@ -87,7 +88,8 @@ export async function serveMain(args: string[]): Promise<number> {
 
   // The logger scrubs every configured secret (keys, secret header values, URL credentials) from each line.
   let current = config;
-  const logger = createLogger({ level: config.log.level, destination: process.stderr, secrets: () => configSecrets(current) });
+  const keyFiles = createKeyFiles();
+  const logger = createLogger({ level: config.log.level, destination: process.stderr, secrets: () => configSecrets(current, process.env, keyFiles) });
   // SIGTERM: stop starting work at once; after the grace, abort what is in flight (recorded inconclusive).
   const shutdown = new AbortController();
   let service: Awaited<ReturnType<typeof createService>>;
@@ -95,13 +97,14 @@ export async function serveMain(args: string[]): Promise<number> {
     service = await createService({
       config,
       logger,
-      createProbe: ({ store, logger: log, config: live }) => {
+      createProbe: ({ store, logger: log, config: live, readKeyFile }) => {
         // The installation key: markers of any earlier run (or `kvcanary run`) decrypt and are attributed.
         const registry = createInstallationRegistry({ store, since: Date.now() - live().store.retentionMs });
         const probe = createProbe({
           registry,
           scanner: createScanner(registry),
           onMarkers: persistPlantings(store),
+          readKeyFile,
           progress: (m) => log.debug({ progress: m }, 'probe progress'),
         });
         return (req) => probe({ ...req, signal: AbortSignal.any([req.signal, shutdown.signal]) });
@@ -158,7 +161,7 @@ export async function serveMain(args: string[]): Promise<number> {
 function printFindings(run: ProbeRun): void {
   for (const s of run.scenarios) {
     for (const f of s.findings) {
-      process.stdout.write(oneLine(`FINDING ${f.kind} target=${run.target} severity=${f.severity} scenario=${f.scenario}${f.evidence.match !== undefined ? ` match=${JSON.stringify(f.evidence.match.slice(0, 60))}` : ''}`) + '\n');
+      process.stdout.write(oneLine(`FINDING ${f.kind} target=${run.target} severity=${f.severity} scenario=${f.scenario}${f.evidence.match !== undefined ? ` match=${JSON.stringify(f.evidence.match.slice(0, 60))}` : ''}${f.acknowledged !== undefined ? ' acknowledged' : ''}`) + '\n');
     }
   }
 }

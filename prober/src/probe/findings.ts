@@ -88,6 +88,8 @@ export interface Finding {
   evidence: Evidence;
   /** Probability that this match arose by chance (upper bound). 0 where the finding is not probabilistic. */
   chance: number;
+  /** Set when a silence matched it (service/silences.ts): recorded and shown, but it fails nothing and pages no one. */
+  acknowledged?: string;
 }
 
 export function makeFinding(kind: FindingKind, scenario: string, evidence: Evidence, chance = 0): Finding {

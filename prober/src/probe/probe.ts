@@ -4,6 +4,7 @@
  * scenarios in order and returns a ProbeRun. Faults of the target never throw out of here: they become
  * inconclusive scenarios.
  */
+import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import type { TargetConfig } from '../service/config.js';
@@ -24,6 +25,8 @@ export interface ProbeDeps {
   scanner: Scanner;
   /** Where API keys are read from (by the variable names the config gives). @default process.env */
   env?: Record<string, string | undefined>;
+  /** Reads an `api_key_file` (the service's caches by mtime). @default read the file each probe call */
+  readKeyFile?: (file: string) => string | undefined;
   /** Persist markers before the request carrying them is sent. */
   onMarkers?: (entries: MarkerEntry[]) => void;
   progress?: (message: string) => void;
@@ -44,8 +47,11 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
   const startedAt = clock().toISOString();
   const { target } = req;
   const env = deps.env ?? process.env;
-  // Every secret the target's config refers to, scrubbed from progress and from the whole finished run.
-  const redactor = createRedactor(targetSecrets(target, env));
+  const readKeyFile = deps.readKeyFile ?? readKeyFileNow;
+  // Every secret the target's config refers to (keys from files too), scrubbed from progress and from the
+  // whole finished run.
+  const fileKeys = [target.apiKeyFile, ...target.tenants.map((t) => t.apiKeyFile)].flatMap((f) => (f === undefined ? [] : [readKeyFile(f) ?? '']));
+  const redactor = createRedactor([...targetSecrets(target, env), ...fileKeys.filter((k) => k !== '')]);
   const progress = deps.progress === undefined ? () => {} : (m: string) => deps.progress!(redactor.text(m));
   // One cycle signal, listened to by every request in flight (dozens at once): lift the listener warning.
   const cycle = new AbortController();
@@ -56,7 +62,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
   const liveness = createLiveness(DEAD_AFTER_FAILURES, (cut) => cycle.abort(cut));
   const deadline = target.deadlineMs === undefined ? undefined
     : setTimeout(() => cycle.abort(new RunCut('deadline', `deadline: the target's deadline (${Math.round(target.deadlineMs! / 1000)}s) passed; in-flight requests were aborted`)), target.deadlineMs);
-  const tenants = buildTenants(target, env, deps.requestTimeoutMs ?? target.schedule.timeoutMs, cycle.signal, liveness);
+  const tenants = buildTenants(target, env, deps.requestTimeoutMs ?? target.schedule.timeoutMs, cycle.signal, liveness, readKeyFile);
   try {
     // A target's `probe:` tuning from the config file, over the caller's defaults.
     const tuning = { ...deps.tuning, ...target.tuning };
@@ -136,8 +142,18 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
   }
 }
 
-function buildTenants(target: TargetConfig, env: Record<string, string | undefined>, timeoutMs: number, signal: AbortSignal, liveness: Liveness): Tenant[] {
-  const keyOf = (name: string | undefined): string | undefined => (name === undefined ? undefined : env[name] || undefined);
+function readKeyFileNow(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8').trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function buildTenants(target: TargetConfig, env: Record<string, string | undefined>, timeoutMs: number, signal: AbortSignal, liveness: Liveness,
+  readKeyFile: (file: string) => string | undefined): Tenant[] {
+  const keyOf = (name: string | undefined, file?: string): string | undefined =>
+    (file !== undefined ? readKeyFile(file) : name === undefined ? undefined : env[name] || undefined);
   // keyId: an opaque label, equal for tenants that send the same key (the first such tenant's name), never the key.
   const keyIds = new Map<string | undefined, string>();
   const make = (name: string, apiKey: string | undefined, extraBody: Record<string, unknown>): Tenant => {
@@ -151,8 +167,10 @@ function buildTenants(target: TargetConfig, env: Record<string, string | undefin
       keyId: keyIds.get(apiKey)!,
     };
   };
-  if (target.tenants.length === 0) return [make('default', keyOf(target.apiKeyEnv), {})];
-  return target.tenants.map((t) => make(t.name, keyOf(t.apiKeyEnv ?? target.apiKeyEnv), t.cacheSalt !== undefined ? { cache_salt: t.cacheSalt } : {}));
+  if (target.tenants.length === 0) return [make('default', keyOf(target.apiKeyEnv, target.apiKeyFile), {})];
+  return target.tenants.map((t) => make(t.name,
+    t.apiKeyEnv !== undefined || t.apiKeyFile !== undefined ? keyOf(t.apiKeyEnv, t.apiKeyFile) : keyOf(target.apiKeyEnv, target.apiKeyFile),
+    t.cacheSalt !== undefined ? { cache_salt: t.cacheSalt } : {}));
 }
 
 function tokenBudget(limit: number): TokenBudget {

@@ -69,6 +69,9 @@ import { DEFAULT_SHUTDOWN_GRACE_MS, MAX_CONFIG_BYTES, MAX_REQUEST_TIMEOUT_MS, MA
 import { describeValue } from '../shown-value.js';
 import { targetSecrets } from '../probe/redactor.js';
 import { parseDiscover, type DiscoverSpec } from './discovery/spec.js';
+import { parseSilence, type Silence } from './silences.js';
+import type { KeyFiles } from './key-files.js';
+import { accessSync, constants as fsConstants, statSync } from 'node:fs';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
@@ -89,6 +92,8 @@ export interface TenantConfig {
   name: string;
   /** Name of the environment variable that holds this tenant's API key (validated to be set). */
   apiKeyEnv?: string;
+  /** Absolute path of a file holding the key (re-read when it changes: key-files.ts). */
+  apiKeyFile?: string;
   cacheSalt?: string;
 }
 
@@ -99,6 +104,8 @@ export interface TargetConfig {
   model?: string;
   /** Name of the environment variable that holds the API key (validated to be set); never the key itself. */
   apiKeyEnv?: string;
+  /** Absolute path of a file holding the API key, re-read when it changes (rotation without a restart). */
+  apiKeyFile?: string;
   headers: Record<string, string>;
   tenants: TenantConfig[];
   schedule: ScheduleConfig;
@@ -125,6 +132,8 @@ export interface ServiceConfig {
   shutdownGraceMs?: number;
   /** Target entries with `discover:` instead of `base_url` (discovery/): each address found becomes a target. */
   discovery?: DiscoveryEntry[];
+  /** `silences:`: acknowledged findings (silences.ts); `kvcanary ack` adds more in the store. */
+  silences?: Silence[];
 }
 
 /** A `discover:` entry: `template` (baseUrl '') is what every discovered target of it inherits. */
@@ -270,11 +279,13 @@ export function parseConfig(text: string, opts: ParseConfigOptions): ServiceConf
  * Every credential value the config refers to (API keys from the environment, auth-looking header values):
  * the logger and the store scrub these from anything they write.
  */
-export function configSecrets(config: ServiceConfig, env: Record<string, string | undefined> = process.env): string[] {
-  // Every header value not on the non-secret allow-list counts (redactor.ts), and URL credentials; discovered
-  // targets inherit their entry's keys and headers.
+export function configSecrets(config: ServiceConfig, env: Record<string, string | undefined> = process.env, keyFiles?: KeyFiles): string[] {
+  // Every header value not on the non-secret allow-list counts (redactor.ts), URL credentials, and keys read
+  // from api_key_file; discovered targets inherit their entry's keys and headers.
   const templates = [...config.targets, ...(config.discovery ?? []).map((d) => d.template)];
-  return [...new Set(templates.flatMap((t) => targetSecrets(t, env)))];
+  const fromFiles = keyFiles === undefined ? [] : templates.flatMap((t) => [t.apiKeyFile, ...t.tenants.map((x) => x.apiKeyFile)])
+    .flatMap((f) => (f === undefined ? [] : [keyFiles.read(f) ?? '']));
+  return [...new Set([...templates.flatMap((t) => targetSecrets(t, env)), ...fromFiles])].filter((v) => v !== '');
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -394,6 +405,21 @@ class Validator {
     const set = this.env[value];
     if (this.opts.requireSecrets !== false && (set === undefined || set === '')) return this.fail(p, `environment variable ${value} is not set`);
     return value;
+  }
+
+  /** A key file: must exist and be readable now (its content is never echoed). */
+  private keyFile(value: unknown, p: string): string | undefined {
+    const s = this.string(value, p, 'the path of a file holding the API key');
+    if (s === undefined) return undefined;
+    const file = path.resolve(this.opts.baseDir ?? process.cwd(), s);
+    try {
+      accessSync(file, fsConstants.R_OK);
+      if (!statSync(file).isFile()) return this.fail(p, `${file} is not a file`);
+      if (statSync(file).size === 0) return this.fail(p, `${file} is empty`);
+    } catch (err) {
+      return this.fail(p, `cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+    return file;
   }
 
   private scenarios(value: unknown, p: string): string[] | undefined {
@@ -541,12 +567,17 @@ class Validator {
     for (const [name, spec] of Object.entries(value as Obj)) {
       const tp = join(p, name);
       if (!NAME_RE.test(name)) { this.fail(tp, 'tenant names must match [a-zA-Z0-9_.-]{1,64}'); continue; }
-      const o = spec === null ? {} : this.object(spec, tp, ['api_key_env', 'cache_salt']);
+      const o = spec === null ? {} : this.object(spec, tp, ['api_key_env', 'api_key_file', 'cache_salt']);
       if (o === undefined) continue;
       const tenant: TenantConfig = { name };
       if (o.api_key_env !== undefined) {
         const e = this.envName(o.api_key_env, join(tp, 'api_key_env'));
         if (e !== undefined) tenant.apiKeyEnv = e;
+      }
+      if (o.api_key_file !== undefined) {
+        if (o.api_key_env !== undefined) this.fail(join(tp, 'api_key_file'), 'give api_key_env or api_key_file, not both');
+        const f = this.keyFile(o.api_key_file, join(tp, 'api_key_file'));
+        if (f !== undefined) tenant.apiKeyFile = f;
       }
       if (o.cache_salt !== undefined) {
         const s = this.string(o.cache_salt, join(tp, 'cache_salt'));
@@ -574,7 +605,7 @@ class Validator {
   }
 
   private target(value: unknown, p: string, defaults: TargetDefaults): (TargetConfig & { discover?: DiscoverSpec }) | undefined {
-    const o = this.object(value, p, ['name', 'base_url', 'discover', 'model', 'api_key_env', 'headers', 'tenants', 'schedule', 'budget', 'scenarios', 'probe', 'deadline']);
+    const o = this.object(value, p, ['name', 'base_url', 'discover', 'model', 'api_key_env', 'api_key_file', 'headers', 'tenants', 'schedule', 'budget', 'scenarios', 'probe', 'deadline']);
     if (o === undefined) return undefined;
     let name: string | undefined;
     if (o.name === undefined) this.fail(join(p, 'name'), 'required');
@@ -591,6 +622,8 @@ class Validator {
       : o.base_url === undefined ? this.fail(join(p, 'base_url'), 'required') : this.baseUrl(o.base_url, join(p, 'base_url'));
     const model = o.model === undefined ? undefined : this.string(o.model, join(p, 'model'), 'a model id');
     const apiKeyEnv = o.api_key_env === undefined ? undefined : this.envName(o.api_key_env, join(p, 'api_key_env'));
+    if (o.api_key_env !== undefined && o.api_key_file !== undefined) this.fail(join(p, 'api_key_file'), 'give api_key_env or api_key_file, not both');
+    const apiKeyFile = o.api_key_file === undefined ? undefined : this.keyFile(o.api_key_file, join(p, 'api_key_file'));
     const headers = o.headers === undefined ? {} : this.headers(o.headers, join(p, 'headers'));
     const tenants = o.tenants === undefined ? [] : this.tenants(o.tenants, join(p, 'tenants'));
     const schedule = o.schedule === undefined ? defaults.schedule : this.schedule(o.schedule, join(p, 'schedule'), defaults.schedule);
@@ -610,12 +643,13 @@ class Validator {
       // Bounded by the cycle timeout: the scheduler ends the cycle then anyway.
       t.deadlineMs = Math.min(d, schedule.timeoutMs);
     }
+    if (apiKeyFile !== undefined) t.apiKeyFile = apiKeyFile;
     return t;
   }
 
   root(raw: unknown): ServiceConfig | undefined {
     if (raw === null || raw === undefined) return this.fail('', 'the config is empty: expected a mapping with at least `targets`');
-    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets', 'allowed_hosts', 'shutdown_grace']);
+    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets', 'allowed_hosts', 'shutdown_grace', 'silences']);
     if (o === undefined) return undefined;
 
     const listen = this.listen(o.listen ?? DEFAULTS.listen, 'listen');
@@ -688,9 +722,22 @@ class Validator {
 
     if (listen === undefined || store === undefined || log === undefined || schedule === undefined || budget === undefined
       || concurrency === undefined || scenarios === undefined || targets === undefined || (o.probe !== undefined && tuning === undefined)) return undefined;
+    const silences: Silence[] = [];
+    if (o.silences !== undefined) {
+      if (!Array.isArray(o.silences)) this.fail('silences', `expected a list of {target, kind, expires, reason}, got ${describe(o.silences)}`);
+      else {
+        o.silences.forEach((raw, i) => {
+          const r = parseSilence(raw, `silences[${i}]`, { now: Date.now(), knownScenarios: [...this.known], id: `config[${i}]`, createdBy: 'config' });
+          this.issues.push(...r.issues);
+          if (r.silence !== undefined) silences.push(r.silence);
+        });
+      }
+      if (this.issues.length > 0) return undefined;
+    }
     const extra = this.serviceExtras(o);
     if (extra === undefined) return undefined;
     const config: ServiceConfig = { listen, store, log, schedule, budget, concurrency, scenarios, targets, ...extra };
+    if (silences.length > 0) config.silences = silences;
     if (discovery !== undefined && discovery.length > 0) config.discovery = discovery;
     return config;
   }

@@ -37,6 +37,8 @@ export interface Metrics {
   probeRuns: Counter<'target' | 'scenario' | 'outcome'>;
   probeCycles: Counter<'target' | 'outcome'>;
   findings: Counter<'target' | 'scenario' | 'kind' | 'severity'>;
+  /** Findings a silence acknowledged (silences.ts): counted here instead of in `findings`, so they do not page. */
+  findingsAcknowledged: Counter<'target' | 'scenario' | 'kind' | 'severity'>;
   probeDuration: Histogram<'target' | 'scenario'>;
   requestDuration: Histogram<'target' | 'role'>;
   timeToFirstToken: Histogram<'target' | 'role'>;
@@ -61,6 +63,7 @@ export function createMetrics(registry: Registry): Metrics {
     probeRuns: new Counter({ name: 'kvcanary_probe_runs_total', help: 'Scenario runs completed, by outcome (inconclusive is never a pass).', labelNames: ['target', 'scenario', 'outcome'], registers }),
     probeCycles: new Counter({ name: 'kvcanary_probe_cycles_total', help: 'Whole probe cycles (all scenarios of one run), by combined outcome.', labelNames: ['target', 'outcome'], registers }),
     findings: new Counter({ name: 'kvcanary_findings_total', help: 'Findings, by kind and severity.', labelNames: ['target', 'scenario', 'kind', 'severity'], registers }),
+    findingsAcknowledged: new Counter({ name: 'kvcanary_findings_acknowledged_total', help: 'Findings matched by a silence (kvcanary ack or the config\'s silences): recorded, not paged.', labelNames: ['target', 'scenario', 'kind', 'severity'], registers }),
     probeDuration: new Histogram({ name: 'kvcanary_probe_duration_seconds', help: 'Scenario wall time.', labelNames: ['target', 'scenario'], buckets: [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600], registers }),
     requestDuration: new Histogram({ name: 'kvcanary_request_duration_seconds', help: 'Latency of one HTTP request to the target.', labelNames: ['target', 'role'], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120], registers }),
     timeToFirstToken: new Histogram({ name: 'kvcanary_time_to_first_token_seconds', help: 'Time to first generated token of streaming requests.', labelNames: ['target', 'role'], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60], registers }),
@@ -111,7 +114,7 @@ export function seedScenarioState(m: Metrics, s: { target: string; scenario: str
 
 /** Removes every series of a target (it left the config), so it neither lingers on dashboards nor alerts as stale. */
 export async function forgetTarget(m: Metrics, target: string): Promise<void> {
-  const all = [m.probeRuns, m.probeCycles, m.findings, m.probeDuration, m.requestDuration, m.timeToFirstToken, m.requests,
+  const all = [m.probeRuns, m.probeCycles, m.findings, m.findingsAcknowledged, m.probeDuration, m.requestDuration, m.timeToFirstToken, m.requests,
     m.tokensSent, m.tokensBilled, m.lastRunTimestamp, m.lastRunOutcome, m.inconclusiveStreak, m.contextLimit, m.poolCapacity,
     m.targetUp, m.runsSkipped, m.budgetRemaining] as const;
   for (const metric of all) {
@@ -134,7 +137,7 @@ export async function forgetTarget(m: Metrics, target: string): Promise<void> {
 export function observeFindings(m: Metrics, target: string, findings: readonly Finding[]): void {
   for (const f of findings) {
     const kind: FindingKind | 'unknown' = Object.hasOwn(FINDING_KINDS, f.kind) ? f.kind : 'unknown';
-    m.findings.inc({ target, scenario: f.scenario, kind, severity: f.severity });
+    (f.acknowledged === undefined ? m.findings : m.findingsAcknowledged).inc({ target, scenario: f.scenario, kind, severity: f.severity });
   }
 }
 

@@ -9,11 +9,12 @@
 import type { TargetConfig } from './config.js';
 
 /**
- * The schedule `kvcanary init` writes and the README costs: the rejection signal (overlimit-rejection, no
- * planting) and the capacity audit on every cycle, the planted and racing scenarios hourly, the prefix-cache
- * scenarios that plant the whole pool every six hours.
+ * The schedule `kvcanary init` writes and the README costs: the capacity audit (no prompts) every cycle, the
+ * rejection signal (overlimit-rejection: over-limit prompts only, no planting) every 15 minutes, the planted
+ * and racing scenarios hourly, the prefix-cache scenarios that plant the whole pool every six hours.
  */
 export const AFFORDABLE_SCENARIO_INTERVALS: Readonly<Record<string, string>> = {
+  'overlimit-rejection': '15m',
   'overlimit-handoff': '1h',
   'abort-race': '1h',
   'concurrent-interleave': '1h',

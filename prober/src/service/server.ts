@@ -283,7 +283,7 @@ export function renderStatusPage(input: PageInput): string {
     sections.push(targetSection(t.target, t.lastRun.baseUrl, [], t, input.health, input.now).replace('</h2>', ' <small>(no longer configured)</small></h2>'));
   }
   const findingRows = input.findings.map((f) => `<tr class="sev-${escapeHtml(f.severity)}"><td>${ago(f.at, input.now)}</td><td>${escapeHtml(f.target)}</td>
-<td>${escapeHtml(f.scenario)}</td><td><b>${escapeHtml(f.kind)}</b></td><td>${escapeHtml(f.severity)}</td><td>${f.chance.toExponential(1)}</td><td>${evidenceHtml(f)}${remediationHtml(f.kind)}</td></tr>`);
+<td>${escapeHtml(f.scenario)}</td><td><b>${escapeHtml(f.kind)}</b>${f.acknowledged === undefined ? '' : `<br><span class="badge none" title="${escapeHtml(f.acknowledged)}">ACKNOWLEDGED</span> <small>${escapeHtml(f.acknowledged)}</small>`}</td><td>${escapeHtml(f.severity)}</td><td>${f.chance.toExponential(1)}</td><td>${evidenceHtml(f)}${remediationHtml(f.kind)}</td></tr>`);
   const status = input.health?.status === 'stopping' ? '<p class="badge inconclusive">service stopping</p>' : '';
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="30">

@@ -20,6 +20,8 @@ import { createFleet, type Fleet } from './fleet.js';
 import { renderFleetSection } from './fleet-status.js';
 import type { DnsResolver } from './discovery/sources.js';
 import type { Shard } from './shard.js';
+import { isActive, withSilences, type Silence } from './silences.js';
+import { createKeyFiles } from './key-files.js';
 import { openStore, type Store } from './store.js';
 
 /** What a probe built by the service may use: the store, to record planting requests before their markers
@@ -30,6 +32,8 @@ export interface ProbeDeps {
   logger: Logger;
   /** The current config (changes on reload). */
   config: () => ServiceConfig;
+  /** Reads `api_key_file:` keys (cached by mtime; every key read is scrubbed from logs and the store). */
+  readKeyFile: (file: string) => string | undefined;
 }
 
 /** Either a ready probe, or a factory that gets the service's store (for marker persistence). */
@@ -81,8 +85,9 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
   const env = opts.env ?? process.env;
   const clock = opts.clock ?? systemClock;
   let config = opts.config;
-  let secrets = configSecrets(config, env);
-  const secretsOf = (): readonly string[] => secrets;
+  const keyFiles = createKeyFiles();
+  let secrets = configSecrets(config, env, keyFiles);
+  const secretsOf = (): readonly string[] => [...secrets, ...keyFiles.seen()];
   const ownLogger = opts.logger === undefined;
   const logger = opts.logger ?? createLogger({ level: config.log.level, secrets: secretsOf });
   const store = openStore({ path: config.store.path, retentionMs: config.store.retentionMs, secrets: secretsOf });
@@ -118,7 +123,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
     await fleet.start();
     effective = { ...config, targets: fleet.targets(config) };
     fleet.observe(effective.targets);
-    const probe = opts.probe ?? opts.createProbe({ store, logger, config: () => config });
+    const probe = withSilences(opts.probe ?? opts.createProbe({ store, logger, config: () => config, readKeyFile: (f) => keyFiles.read(f) }), () => activeSilences(store, config, clock.now(), logger), () => clock.now());
     const onRun = async (run: ProbeRun): Promise<void> => {
       fleet.noteCycle(Date.parse(run.finishedAt));
       await opts.onRun?.(run);
@@ -195,7 +200,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
       if (next.store.path !== config.store.path) {
         logger.warn({ store: config.store.path }, 'store.path changed: takes effect on restart; still writing the old file');
       }
-      secrets = configSecrets(next, env);
+      secrets = configSecrets(next, env, keyFiles);
       if (ownLogger) logger.level = next.log.level;
       config = next;
       applyTargets();
@@ -219,4 +224,15 @@ function restoreGauges(store: Store, metrics: Metrics, config: ServiceConfig, on
     if (t.lastRun.capacity.contextTokens !== undefined) metrics.contextLimit.set({ target: t.target }, t.lastRun.capacity.contextTokens);
     if (t.lastRun.capacity.poolTokens !== undefined) metrics.poolCapacity.set({ target: t.target }, t.lastRun.capacity.poolTokens);
   }
+}
+
+/** The config's silences and the store's (kvcanary ack) that have not expired. A store error is logged, not fatal. */
+function activeSilences(store: Store, config: ServiceConfig, now: number, logger: Logger): Silence[] {
+  let stored: Silence[] = [];
+  try {
+    stored = store.silences();
+  } catch (err) {
+    logger.error({ err }, 'could not read silences from the store');
+  }
+  return [...(config.silences ?? []), ...stored].filter((s) => isActive(s, now));
 }

@@ -34,6 +34,7 @@ import type { Evidence, Finding, FindingKind, Severity } from '../probe/findings
 import type { PlantingRow } from '../probe/marker-registry.js';
 import { safeText } from '../probe/redact.js';
 import type { InconclusiveReason, Outcome, Power, ProbeRun } from '../probe/result.js';
+import type { Silence } from './silences.js';
 
 export type StoreErrorCode = 'KVC_STORE_OPEN' | 'KVC_STORE_SCHEMA_NEWER' | 'KVC_STORE_NOT_KVCANARY' | 'KVC_STORE_SCHEMA_OLDER' | 'KVC_STORE_INVALID_RUN' | 'KVC_STORE_DUPLICATE_RUN' | 'KVC_STORE_CLOSED';
 
@@ -95,6 +96,8 @@ export interface StoredFinding {
   evidence: Evidence;
   chance: number;
   at: string;
+  /** The silence that acknowledged it, if any. */
+  acknowledged?: string;
 }
 
 export interface ScenarioLatest {
@@ -146,6 +149,10 @@ export interface Store {
   findings(opts?: { since?: Date | number | string; target?: string; limit?: number }): StoredFinding[];
   latestPerTarget(): TargetLatest[];
   tokenSpend(since: Date | number | string): TokenSpend[];
+  /** Stores a silence (kvcanary ack); its id is assigned here. */
+  addSilence(s: Omit<Silence, 'id'>): Silence;
+  /** Every stored silence, newest first (active and expired: `report` lists both). */
+  silences(): Silence[];
   close(): void;
 }
 
@@ -302,6 +309,23 @@ const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX plantings_planted ON plantings (planted_at);
     `,
   },
+  {
+    version: 4,
+    name: 'silences (kvcanary ack) and acknowledged findings',
+    sql: `
+      CREATE TABLE silences (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        target     TEXT NOT NULL,
+        kind       TEXT NOT NULL,
+        scenario   TEXT,
+        reason     TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        created_by TEXT NOT NULL
+      );
+      ALTER TABLE findings ADD COLUMN acknowledged TEXT;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
@@ -407,6 +431,7 @@ interface ScenarioRow {
 }
 interface FindingRow {
   id: number; run_id: string; target: string; scenario: string; kind: string; severity: string; evidence: string; chance: number; at: string;
+  acknowledged: string | null;
 }
 
 export function openStore(opts: StoreOptions): Store {
@@ -443,8 +468,8 @@ export function openStore(opts: StoreOptions): Store {
     usage_prompt_tokens, usage_completion_tokens, cached_tokens, latency_ms, ttft_ms, finish_reason, error, at)
     VALUES (@run_id, @scenario, @request_id, @role, @tenant, @transport, @status, @prompt_tokens, @usage_prompt_tokens,
     @usage_completion_tokens, @cached_tokens, @latency_ms, @ttft_ms, @finish_reason, @error, @at)`);
-  const insertFinding = db.prepare(`INSERT INTO findings (run_id, target, scenario, kind, severity, evidence, chance, at)
-    VALUES (@run_id, @target, @scenario, @kind, @severity, @evidence, @chance, @at)`);
+  const insertFinding = db.prepare(`INSERT INTO findings (run_id, target, scenario, kind, severity, evidence, chance, at, acknowledged)
+    VALUES (@run_id, @target, @scenario, @kind, @severity, @evidence, @chance, @at, @acknowledged)`);
   const upsertPlanting = db.prepare(`INSERT INTO plantings (request_no, run_id, request_id, role, tenant, planted_at, marker_count)
     VALUES (@request_no, @run_id, @request_id, @role, @tenant, @planted_at, @marker_count)
     ON CONFLICT (request_no) DO UPDATE SET marker_count = max(marker_count, excluded.marker_count)`);
@@ -463,6 +488,7 @@ export function openStore(opts: StoreOptions): Store {
       evidence: JSON.stringify(boundEvidence(f.evidence ?? {}, secrets)),
       chance: Number.isFinite(f.chance) ? Math.min(1, Math.max(0, f.chance)) : 1,
       at,
+      acknowledged: f.acknowledged === undefined ? null : safeText(f.acknowledged, 512, secrets),
     };
   }
 
@@ -658,6 +684,27 @@ export function openStore(opts: StoreOptions): Store {
       return rows.map((r) => ({
         id: r.id, runId: r.run_id, target: r.target, scenario: r.scenario, kind: r.kind as FindingKind,
         severity: r.severity as Severity, evidence: JSON.parse(r.evidence) as Evidence, chance: r.chance, at: r.at,
+        ...(r.acknowledged === null || r.acknowledged === undefined ? {} : { acknowledged: r.acknowledged }),
+      }));
+    },
+
+    addSilence(silence) {
+      open();
+      const info = db.prepare(`INSERT INTO silences (target, kind, scenario, reason, created_at, expires_at, created_by)
+        VALUES (@target, @kind, @scenario, @reason, @created_at, @expires_at, @created_by)`).run({
+        target: silence.target, kind: silence.kind, scenario: silence.scenario ?? null, reason: safeText(silence.reason, 300, secretsOf()),
+        created_at: iso(silence.createdAt, 'createdAt'), expires_at: iso(silence.expiresAt, 'expiresAt'), created_by: safeText(silence.createdBy, 64, secretsOf()),
+      });
+      return { ...silence, id: String(info.lastInsertRowid) };
+    },
+
+    silences() {
+      open();
+      const rows = db.prepare('SELECT * FROM silences ORDER BY created_at DESC, id DESC').all() as
+        { id: number; target: string; kind: string; scenario: string | null; reason: string; created_at: string; expires_at: string; created_by: string }[];
+      return rows.map((r) => ({
+        id: String(r.id), target: r.target, kind: r.kind, reason: r.reason, createdAt: r.created_at, expiresAt: r.expires_at, createdBy: r.created_by,
+        ...(r.scenario === null ? {} : { scenario: r.scenario }),
       }));
     },
 

@@ -1,0 +1,129 @@
+/**
+ * Acknowledging a known finding for a while: a silence matches findings by target, kind and (optionally)
+ * scenario until it expires. A matching finding is still recorded with its evidence, shown and counted (as
+ * acknowledged: kvcanary_findings_acknowledged_total, not kvcanary_findings_total, so it does not page),
+ * and it no longer fails its scenario: a scenario whose only failing findings are acknowledged is recorded
+ * as pass, with a note naming the silence. Every silence carries a reason and an expiry; an expired one
+ * simply stops matching.
+ *
+ * Silences come from the config (`silences:`) and from the store (`kvcanary ack`, listed by `report`).
+ */
+import { FINDING_KINDS, type Finding } from '../probe/findings.js';
+import type { ProbeFn } from '../probe/probe-fn.js';
+import { combineOutcomes, type ProbeRun } from '../probe/result.js';
+
+export interface Silence {
+  /** Store id (ack) or `config[i]`. */
+  id: string;
+  /** A target name; `*` matches any run of characters (`glm/*` silences every discovered replica of glm). */
+  target: string;
+  /** A finding kind, or `*`. */
+  kind: string;
+  scenario?: string;
+  reason: string;
+  /** ISO time. */
+  expiresAt: string;
+  createdAt: string;
+  /** 'config' or who ran `kvcanary ack` ($USER). */
+  createdBy: string;
+}
+
+export interface SilenceIssue { path: string; message: string }
+
+/** A silence may last at most this long: "acknowledged forever" is how a leak gets forgotten. */
+export const MAX_SILENCE_MS = 90 * 86_400_000;
+const MAX_REASON = 300;
+
+function globRe(pattern: string): RegExp {
+  return new RegExp(`^${pattern.split('*').map((p) => p.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
+}
+
+export function isActive(s: Silence, now: number): boolean {
+  return Date.parse(s.expiresAt) > now;
+}
+
+export function matchSilence(silences: readonly Silence[], target: string, f: Finding, now: number): Silence | undefined {
+  return silences.find((s) => isActive(s, now) && (s.kind === '*' || s.kind === f.kind)
+    && (s.scenario === undefined || s.scenario === f.scenario) && globRe(s.target).test(target));
+}
+
+export function describeSilence(s: Silence): string {
+  return `silence ${s.id} (${s.createdBy}) until ${s.expiresAt}: ${s.reason}`;
+}
+
+/** Marks the run's findings that a silence matches and recomputes outcomes without them. */
+export function applySilences(run: ProbeRun, silences: readonly Silence[], now: number): ProbeRun {
+  if (silences.length === 0) return run;
+  let changed = false;
+  const scenarios = run.scenarios.map((s) => {
+    let acked = 0;
+    const findings = s.findings.map((f) => {
+      const hit = f.acknowledged === undefined ? matchSilence(silences, run.target, f, now) : undefined;
+      if (hit === undefined) return f;
+      acked++;
+      return { ...f, acknowledged: describeSilence(hit) };
+    });
+    if (acked === 0) return s;
+    changed = true;
+    const failing = findings.some((f) => f.acknowledged === undefined && f.severity !== 'info');
+    return {
+      ...s, findings,
+      outcome: s.outcome === 'fail' && !failing ? 'pass' as const : s.outcome,
+      notes: [...s.notes, `${acked} finding(s) acknowledged: ${[...new Set(findings.flatMap((f) => (f.acknowledged === undefined ? [] : [f.acknowledged])))].join('; ')}`],
+    };
+  });
+  return changed ? { ...run, scenarios, outcome: combineOutcomes(scenarios) } : run;
+}
+
+/** Wraps a probe so every run it returns (late ones too) has its silenced findings acknowledged. */
+export function withSilences(probe: ProbeFn, current: () => readonly Silence[], now: () => number = Date.now): ProbeFn {
+  return async (req) => applySilences(await probe(req), current(), now());
+}
+
+/**
+ * Validates a `silences:` list (config) or one `ack` (CLI): target, kind, optional scenario, expires (an ISO
+ * time, or for ack a duration from now), reason.
+ */
+export function parseSilence(
+  raw: unknown, p: string, opts: { now: number; knownScenarios: readonly string[]; durationOf?: (s: string) => number | undefined; id: string; createdBy: string },
+): { silence?: Silence; issues: SilenceIssue[] } {
+  const issues: SilenceIssue[] = [];
+  const fail = (k: string, message: string): void => { issues.push({ path: k === '' ? p : `${p}.${k}`, message }); };
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    fail('', 'expected a mapping with target, kind, expires and reason');
+    return { issues };
+  }
+  const o = raw as Record<string, unknown>;
+  for (const k of Object.keys(o)) if (!['target', 'kind', 'scenario', 'expires', 'reason'].includes(k)) fail(k, 'unknown key; allowed here: target, kind, scenario, expires, reason');
+  const str = (k: string): string | undefined => {
+    const v = o[k];
+    if (typeof v !== 'string' || v.trim() === '') { fail(k, v === undefined ? 'required' : 'expected a non-empty string'); return undefined; }
+    return v.trim();
+  };
+  const target = str('target');
+  if (target !== undefined && !/^[a-zA-Z0-9_.:\[\]/*-]{1,200}$/.test(target)) fail('target', 'expected a target name or a pattern with * (letters, digits, _ . : / [ ] -)');
+  const kind = str('kind');
+  if (kind !== undefined && kind !== '*' && !Object.hasOwn(FINDING_KINDS, kind)) fail('kind', `unknown finding kind ${JSON.stringify(kind.slice(0, 60))}; known: ${Object.keys(FINDING_KINDS).join(', ')}, or *`);
+  let scenario: string | undefined;
+  if (o.scenario !== undefined) {
+    scenario = str('scenario');
+    if (scenario !== undefined && !opts.knownScenarios.includes(scenario)) fail('scenario', `unknown scenario; known: ${opts.knownScenarios.join(', ')}`);
+  }
+  const reason = str('reason');
+  if (reason !== undefined && reason.length > MAX_REASON) fail('reason', `at most ${MAX_REASON} characters`);
+  let expiresAt: string | undefined;
+  const e = o.expires instanceof Date ? o.expires.toISOString() : o.expires;
+  if (typeof e !== 'string' || e === '') {
+    fail('expires', `required: an ISO date or time such as 2026-07-01T00:00:00Z${opts.durationOf === undefined ? '' : ', or a duration from now such as 7d'}`);
+  } else {
+    const rel = opts.durationOf?.(e);
+    const t = rel !== undefined ? opts.now + rel : /^\d{4}-\d{2}-\d{2}/.test(e) ? Date.parse(e) : NaN;
+    if (Number.isNaN(t)) fail('expires', `expected an ISO date or time${opts.durationOf === undefined ? '' : ' or a duration such as 7d'}, got ${JSON.stringify(e.slice(0, 40))}`);
+    else if (t - opts.now > MAX_SILENCE_MS) fail('expires', `at most 90 days ahead (a silence must be looked at again), got ${new Date(t).toISOString()}`);
+    else expiresAt = new Date(t).toISOString();
+  }
+  if (issues.length > 0 || target === undefined || kind === undefined || reason === undefined || expiresAt === undefined) return { issues };
+  const silence: Silence = { id: opts.id, target, kind, reason, expiresAt, createdAt: new Date(opts.now).toISOString(), createdBy: opts.createdBy };
+  if (scenario !== undefined) silence.scenario = scenario;
+  return { silence, issues };
+}
