@@ -149,7 +149,7 @@ describe('prefix-collision against the bundled engine', () => {
     }
   }, 120_000);
 
-  it('caching off: inconclusive', async () => {
+  it('caching off: exit 2 (inconclusive or not applicable), never a pass', async () => {
     const { code } = await run({ preset: 'single', prefixCache: false });
     expect(code).toBe(2);
   }, 120_000);

@@ -123,7 +123,7 @@ describe('prefix-isolation', () => {
     expect(clean.findings).toEqual([]);
     expect(clean.outcome, clean.notes.join('\n')).toBe('pass');
     // Timing alone judges B here, so the scenario gave it more pairs over longer prefixes.
-    expect(clean.notes.join('\n')).toMatch(/cached_tokens not reported in the first round: timing alone speaks, so 24 rounds/);
+    expect(clean.notes.join('\n')).toMatch(/cached_tokens not reported in the first answered round: timing alone speaks, so 24 rounds/);
     expect(roles(clean, 'prefix-reader')).toHaveLength(24);
     await server?.close();
     const shared = await probe({ reportCached: false, ignoreSalt: true });

@@ -71,7 +71,11 @@ const UNREPORTED_PREFIX_FACTOR = 4;
 const MOOT_AFTER = 2;
 
 function reportsCachedTokens(round: Round): boolean {
-  return [round.plant, round.control, round.reader, round.fresh].some((s) => s?.ex.result.usage?.cachedTokens !== undefined);
+  return [round.plant, round.control, round.reader, round.fresh].some((s) => s?.ex.result.transport === 'ok' && s.ex.result.usage?.cachedTokens !== undefined);
+}
+
+function answeredAny(round: Round): boolean {
+  return [round.plant, round.control, round.reader, round.fresh].some((s) => s?.ex.result.transport === 'ok');
 }
 
 /** Tokens one marker with its separator costs at least on common tokenizers (random base32 splits finely). */
@@ -126,17 +130,21 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
    * answered to decide (an endpoint that fails some requests, e.g. llama-server on noise output, still gets
    * judged; an error is never read as an answer).
    */
+  let escalated = false;
   const play = async (done: Round[], planned: number, escalate: boolean): Promise<void> => {
     // Once synthetic identities showed in MOOT_AFTER rounds, by cached tokens, that the endpoint ignores
     // cache_salt, there is no declared boundary left to test and the timing test has nothing to decide: stop.
     const moot = (): boolean => !pair.declared && tokenFacts(done).shared.length >= MOOT_AFTER;
     for (let i = 0; !ctx.signal.aborted && !moot() && (i < planned || (i < 2 * planned && usablePairs(done) < needed)); i++) {
-      if (escalate && i === 1 && ctx.tuning.timingPairs === undefined && ctx.tuning.prefixTokens === undefined && !reportsCachedTokens(done[0]!)) {
+      // Decided on the first round with an answer: an unanswered round says nothing about cached tokens.
+      const firstAnswered = escalate && !escalated ? done.find(answeredAny) : undefined;
+      if (firstAnswered !== undefined) escalated = true;
+      if (firstAnswered !== undefined && ctx.tuning.timingPairs === undefined && ctx.tuning.prefixTokens === undefined && !reportsCachedTokens(firstAnswered)) {
         // Without cached tokens the timing test alone speaks for B: give it more pairs and a longer prefix to skip.
         const longer = await prefixMarkerCount(ctx, UNREPORTED_PREFIX_FACTOR * (ctx.tuning.prefixTokens ?? DEFAULT_PREFIX_TOKENS), maxTokens);
         planned = rounds = UNREPORTED_TIMING_PAIRS;
         prefixMarkers = Math.max(prefixMarkers, longer.count);
-        out.note(`cached_tokens not reported in the first round: timing alone speaks, so ${rounds} rounds and from now on ${longer.note}`);
+        out.note(`cached_tokens not reported in the first answered round: timing alone speaks, so ${rounds} rounds and from now on ${longer.note}`);
       }
       const round: Round = {};
       done.push(round);
