@@ -10,12 +10,13 @@ import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { openStore, type RunSummary, type StoredFinding } from '../service/store.js';
 import { isActive, type Silence } from '../service/silences.js';
 import { UsageError } from './usage.js';
+import { storePathsOf } from './store-paths.js';
 
 const USAGE = `usage: kvcanary report [--store FILE... | --config FILE] [--since DURATION] [--target NAME] [--json]
 
   --store FILE      evidence database (default ${DEFAULTS.storePath}); repeat it to merge several
                     shards' stores into one report
-  --config FILE     take the store path from a serve config
+  --config FILE     take the store path from a serve config (with {shard}: every shard's store found there)
   --since DURATION  only runs and findings newer than this (default 24h), e.g. 30m, 7d
   --target NAME     only this target
   --json            one JSON document on stdout`;
@@ -53,7 +54,7 @@ export async function reportMain(args: string[]): Promise<number> {
   let paths = v.store ?? [DEFAULTS.storePath];
   if (v.config !== undefined) {
     try {
-      paths = [(await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES })).store.path];
+      paths = storePathsOf((await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES })).store.path);
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
       process.stderr.write(err.message + '\n');
