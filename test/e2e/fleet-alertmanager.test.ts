@@ -37,7 +37,7 @@ function spawnWithUrl(args: string[], procs: ChildProcess[]): Promise<{ child: C
   child.stderr!.on('data', (c: Buffer) => { err = (err + c.toString()).slice(-4000); });
   return new Promise((resolve, reject) => {
     let out = '';
-    const t = setTimeout(() => reject(new Error(`kvcanary ${args.join(' ')} printed no URL:\n${out}\n${err}`)), 30_000);
+    const t = setTimeout(() => reject(new Error(`kvcanary ${args.join(' ')} printed no URL:\n${out}\n${err}`)), 90_000);
     child.stdout!.on('data', (c: Buffer) => {
       out += c.toString();
       const m = /(http:\/\/127\.0\.0\.1:\d+)[/\s]/.exec(out);
@@ -112,7 +112,7 @@ targets:
       ruleFiles: [join(DASHBOARDS, 'alerts.yaml'), join(DASHBOARDS, 'fleet-alerts.yaml')],
       alertmanagers: [am.hostPort],
     });
-  }, 90_000);
+  }, 240_000);
 
   afterAll(async () => {
     await prom?.stop();

@@ -49,7 +49,7 @@ describe('kvcanary init', () => {
     expect(w.code).toBe(0);
     const check = await runCli(['check-config', file]);
     expect(check.code, check.stderr).toBe(0);
-    expect(check.stdout).toMatch(/less often: overlimit-handoff every 1h/);
+    expect(check.stdout).toMatch(/less often: .*overlimit-handoff every 1h/);
     expect((await runCli(['init', file])).code).toBe(64);
 
     const text = readFileSync(file, 'utf8');
@@ -62,7 +62,7 @@ describe('kvcanary init', () => {
     const check2 = await runCli(['check-config', file]);
     expect(check2.code, check2.stderr).toBe(0);
     expect(check2.stdout).toMatch(/glm\/\*: discovered by file_sd/);
-  }, 30_000);
+  }, 90_000);
 });
 
 describe('silences', () => {
@@ -119,7 +119,7 @@ targets:
     expect(doc.silences).toEqual([expect.objectContaining({ target: 'replica-*', reason: 'known, fix rolling out (TICKET-1)' })]);
     const text = await runCli(['report', '--store', storePath]);
     expect(text.stdout).toMatch(/silences \(1\):\n\s+active/);
-  }, 30_000);
+  }, 90_000);
 
   it('config silences validate every field and stop matching when they expire', () => {
     expect(() => parseConfig(`
@@ -190,5 +190,10 @@ describe('report over several shards\' stores', () => {
     expect(doc.store).toEqual(paths);
     expect(doc.runs.map((x) => x.runId)).toEqual(['run-0', 'run-1']);
     expect(doc.findings).toEqual([expect.objectContaining({ store: paths[0], target: 'glm/10.0.0.0:8000' })]);
-  }, 30_000);
+    // A config whose store path holds {shard} reports every shard's store found there.
+    const config = path.join(d, 'kvcanary.yaml');
+    writeFileSync(config, `store:\n  path: ./shard-{shard}.sqlite\ntargets: [{ name: a, base_url: "http://x:1" }]\n`);
+    const viaConfig = await runCli(['report', '--config', config, '--json']);
+    expect((JSON.parse(viaConfig.stdout) as { store: string[] }).store).toEqual(paths);
+  }, 90_000);
 });

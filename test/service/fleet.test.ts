@@ -259,3 +259,15 @@ targets:
     expect((await list()).filter((l) => l.startsWith('glm/'))).toHaveLength(2);
   }, 30_000);
 });
+
+describe('kvcanary serve --shard', () => {
+  it('refuses a bad shard with exit 64 and a message naming the flag or variable', async () => {
+    const { runCli } = await import('../helpers/cli.js');
+    const bad = await runCli(['serve', '--shard', '3/3']);
+    expect(bad.code).toBe(64);
+    expect(bad.stderr).toContain('--shard: INDEX must be 0-based and below COUNT (3), got 3');
+    const half = await runCli(['serve'], { env: { KVCANARY_SHARD_INDEX: 'kvcanary-1' } });
+    expect(half.code).toBe(64);
+    expect(half.stderr).toContain('KVCANARY_SHARD_INDEX and KVCANARY_SHARD_COUNT must be set together');
+  }, 60_000);
+});

@@ -12,12 +12,13 @@ import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { parseSilence } from '../service/silences.js';
 import { openStore } from '../service/store.js';
 import { UsageError } from './usage.js';
+import { storePathsOf } from './store-paths.js';
 
 const USAGE = `usage: kvcanary ack [--store FILE... | --config FILE] --target NAME --kind KIND [--scenario NAME]
                     --expires WHEN --reason TEXT
 
   --store FILE      evidence database (default ${DEFAULTS.storePath}); repeat it for every shard's store
-  --config FILE     take the store path from a serve config
+  --config FILE     take the store path from a serve config (with {shard}: every shard's store found there)
   --target NAME     the target, or a pattern with * (glm/* is every discovered replica of glm)
   --kind KIND       the finding kind (cross-request-leak, rejection-not-enforced, ...) or *
   --scenario NAME   only findings of this scenario
@@ -51,7 +52,7 @@ export async function ackMain(args: string[]): Promise<number> {
   let paths = v.store ?? [DEFAULTS.storePath];
   if (v.config !== undefined) {
     try {
-      paths = [(await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES })).store.path];
+      paths = storePathsOf((await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES })).store.path);
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
       process.stderr.write(err.message + '\n');

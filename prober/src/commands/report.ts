@@ -15,13 +15,15 @@ import { parseArgsMessage, UsageError } from './usage.js';
 import { reportText } from './report-text.js';
 import { parseSince, SinceError } from '../since.js';
 import { shownString } from '../shown-value.js';
+import { storePathsOf } from './store-paths.js';
 
 const USAGE = `usage: kvcanary report [--store FILE... | --config FILE] [--since WHEN] [--target NAME] [--json]
 
   --store FILE      evidence database (default ${DEFAULTS.storePath}); repeat it to merge several shards'
                     stores into one report. Opened read-only: report never creates, migrates, chmods or
                     changes the journal of a store; a file that is not a kvcanary store is refused (exit 64)
-  --config FILE     take the store path from a serve config (api_key_env variables need not be set)
+  --config FILE     take the store path from a serve config (with {shard}: every shard's store found there;
+                    api_key_env variables need not be set)
   --since WHEN      only runs and findings newer than this (default 24h): a duration (30m, 7d) or a
                     date/time (2026-12-01, 2026-12-01T09:30Z)
   --target NAME     only this target (a name the stores or the config know; anything else is an error)
@@ -67,7 +69,7 @@ export async function reportMain(args: string[]): Promise<number> {
   if (v.config !== undefined) {
     // report reads no target: the keys' variables need only be named, not set.
     const config = await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
-    paths = [config.store.path];
+    paths = storePathsOf(config.store.path);
     configured = config.targets.map((t) => t.name);
   }
   for (const path of paths) {
