@@ -80,7 +80,11 @@ describe('the status server Host check', () => {
   it('answers its listen address, localhost and allowed names only', () => {
     const ok = createHostCheck({ listenHost: '127.0.0.1', allowedHosts: ['canary.internal'] });
     for (const h of ['127.0.0.1:9464', 'localhost:9464', 'LOCALHOST', '[::1]:9464', 'canary.internal:443', 'canary.internal']) expect(ok(h)).toBe(true);
-    for (const h of ['evil.example:9464', 'attacker.com', '127.0.0.1.nip.io:9464', '', undefined, 'a b']) expect(ok(h)).toBe(false);
+    for (const h of ['evil.example:9464', 'attacker.com', '127.0.0.1.nip.io:9464', '', undefined, 'a b', '10.1.2.3:9464']) expect(ok(h)).toBe(false);
+    // Bound to every address (a Kubernetes pod): Prometheus scrapes by the pod's IP; names still need listing.
+    const pod = createHostCheck({ listenHost: '0.0.0.0' });
+    for (const h of ['10.1.2.3:9464', '[fd00::5]:9464', 'localhost:9464']) expect(pod(h)).toBe(true);
+    for (const h of ['evil.example:9464', '10.1.2.3.nip.io']) expect(pod(h)).toBe(false);
   });
 });
 

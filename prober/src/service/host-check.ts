@@ -3,8 +3,12 @@
  * page, /api and /metrics from the operator's browser. The browser still sends the page's host name in
  * `Host`, so the status server answers only Host values it really serves under: its listen address,
  * localhost and the loopback addresses, and the names in the config's `allowed_hosts:`. Anything else
- * gets 421 Misdirected Request.
+ * gets 421 Misdirected Request. Bound to a wildcard address (0.0.0.0, ::; a pod in Kubernetes), the server
+ * serves under every address of the machine, so any IP literal is also accepted: Prometheus scrapes a pod
+ * by its IP, and a rebinding page can only ever make the browser send a host *name*.
  */
+
+import { isIP } from 'node:net';
 
 export interface HostCheckOptions {
   /** The address the server listens on (as configured). */
@@ -28,11 +32,13 @@ export function hostName(header: string): string | undefined {
 export function createHostCheck(opts: HostCheckOptions): (host: string | undefined) => boolean {
   const allowed = new Set<string>(LOOPBACK);
   const listen = opts.listenHost.replace(/^\[|\]$/g, '').toLowerCase();
-  if (!WILDCARD.has(listen)) allowed.add(listen);
+  const wildcard = WILDCARD.has(listen);
+  if (!wildcard) allowed.add(listen);
   for (const h of opts.allowedHosts ?? []) allowed.add(h.toLowerCase().replace(/\.$/, ''));
   return (host) => {
     if (host === undefined) return false;
     const name = hostName(host);
-    return name !== undefined && allowed.has(name);
+    if (name === undefined) return false;
+    return allowed.has(name) || (wildcard && isIP(name) !== 0);
   };
 }
