@@ -101,6 +101,16 @@ describe('usage and config problems exit 64 naming the flag, never a stack', () 
   });
 });
 
+describe('serve: an unusable store or a non-local address is a usage problem', () => {
+  it.each([
+    [`store: { path: ${path.join(file('plain-file', 'x'), 'x.sqlite')} }\n`, /cannot open evidence store/],
+    ['listen: 192.0.2.1:0\n', /--listen\/listen: address 192\.0\.2\.1 is not local/],
+  ])('%s', async (line, message) => {
+    const cfg = file(`bad-${Math.random().toString(36).slice(2)}.yaml`, `${line}${line.startsWith('store') ? '' : `store: { path: ${path.join(dir, 'nl.sqlite')} }\n`}targets: [{ name: t, base_url: "http://127.0.0.1:1" }]\n`);
+    expectUsage(await runCli(['serve', '--config', cfg]), message);
+  });
+});
+
 describe('--version and --debug', () => {
   it('--version prints the version', async () => {
     const r = await runCli(['--version']);

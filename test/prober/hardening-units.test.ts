@@ -98,3 +98,24 @@ describe('--since', () => {
     expect(() => parseSince('yesterday', now)).toThrow(/date\/time/);
   });
 });
+
+describe('/api ?since= out of range', () => {
+  it('is a 400 naming the parameter, not a 500', async () => {
+    const { startServiceServer } = await import('../../prober/src/service/server.js');
+    const { openStore } = await import('../../prober/src/service/store.js');
+    const { Registry } = await import('prom-client');
+    const store = openStore({ path: ':memory:', retentionMs: 86_400_000 });
+    const server = await startServiceServer({ host: '127.0.0.1', port: 0, registry: new Registry(), store });
+    try {
+      for (const path of ['api/runs?since=99999999999d', 'api/findings?since=99999999999d', 'api/runs?since=nonsense']) {
+        const res = await fetch(`${server.url}${path}`);
+        expect(res.status, path).toBe(400);
+        expect(((await res.json()) as { error: string }).error).toMatch(/^since: /);
+      }
+      expect((await fetch(`${server.url}api/runs?since=2026-01-01`)).status).toBe(200);
+    } finally {
+      await server.close();
+      store.close();
+    }
+  });
+});
