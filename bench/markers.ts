@@ -26,7 +26,8 @@ import { createMarkerRegistry, type MarkerRegistry } from '../prober/src/probe/m
 import { createMarkerCodec } from '../prober/src/probe/markers.js';
 import { runProbe } from '../prober/src/probe/probe.js';
 import type { ProbeRun } from '../prober/src/probe/result.js';
-import { createScanner } from '../prober/src/probe/scanner.js';
+import { createScanner, type Scanner } from '../prober/src/probe/scanner.js';
+import { recordingScanner } from './recording-scanner.js';
 import { SCENARIO_NAMES } from '../prober/src/probe/scenarios/index.js';
 import { createInstallationRegistry, loadMarkerKey, persistPlantings } from '../prober/src/service/installation.js';
 import { openStore, type Store } from '../prober/src/service/store.js';
@@ -54,9 +55,9 @@ function target(url: string, name: string): TargetConfig {
 
 interface Sent { role: string; tenant: string }
 
-async function probeOnce(url: string, registry: MarkerRegistry, store: Store | undefined, runId: string, scenarios: string[]): Promise<ProbeRun> {
+async function probeOnce(url: string, registry: MarkerRegistry, store: Store | undefined, runId: string, scenarios: string[], scanner: Scanner = createScanner(registry)): Promise<ProbeRun> {
   const run = await runProbe(
-    { registry, scanner: createScanner(registry), ...(store !== undefined ? { onMarkers: persistPlantings(store) } : {}) },
+    { registry, scanner, ...(store !== undefined ? { onMarkers: persistPlantings(store) } : {}) },
     { target: target(url, 'bench-markers'), scenarios, runId, signal: new AbortController().signal, tokenBudget: 1e12 },
   );
   store?.recordRun(run);
@@ -75,7 +76,7 @@ interface RecallRow {
   leakFindings: number;
   attributionCorrect: number;
   /** Runs without a leak: the scenario's notes and what the over-limit prompts got back, to say why. */
-  misses: Array<{ run: number; notes: string[] }>;
+  misses: Array<{ run: number; notes: string[]; overlimitText: string[] }>;
   wallSeconds: number;
 }
 
@@ -94,14 +95,16 @@ async function recall(installation: boolean, dir: string): Promise<RecallRow> {
       const runId = `bench-markers-${installation ? 'key' : 'fresh'}-${i}`;
       // A new process per run: a fresh registry each time.
       const registry = store !== undefined ? createInstallationRegistry({ store, since: Date.now() - RETENTION_MS, keyFile }) : createMarkerRegistry();
-      const run = await probeOnce(engine.url, registry, store, runId, ['overlimit-handoff']);
+      const scanner = recordingScanner(createScanner(registry), 200);
+      const run = await probeOnce(engine.url, registry, store, runId, ['overlimit-handoff'], scanner);
+      const overlimitText = scanner.take().filter((r) => r.role === 'overlimit').map((r) => r.text);
       const requests = new Map<string, Sent>();
       for (const s of run.scenarios) for (const r of s.requests) requests.set(r.requestId, { role: r.role, tenant: r.tenant });
       sent.set(runId, requests);
       const leaks = run.scenarios.flatMap((s) => s.findings).filter((f) => f.kind === 'cross-request-leak');
       row.runs++;
       if (leaks.length > 0) row.recalled++;
-      else if (installation) row.misses.push({ run: i, notes: run.scenarios.flatMap((s) => s.notes) });
+      else if (installation) row.misses.push({ run: i, notes: run.scenarios.flatMap((s) => s.notes), overlimitText });
       if (leaks.some((f) => f.evidence.planted?.by === 'earlier-run')) row.attributedToEarlierRun++;
       for (const f of leaks) {
         row.leakFindings++;

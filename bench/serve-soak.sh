@@ -15,18 +15,22 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-start_engine() { # preset, log file -> prints URL
+start_engine() { # preset, log file: starts it in this shell so cleanup can stop it
   node bin/kvcanary.js engine --preset "$1" --scale 64 --port 0 >"$2" 2>&1 &
   pids+=($!)
+}
+engine_url() { # log file -> prints URL once the engine listens
   for _ in $(seq 1 100); do
-    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$2" | head -1 || true)
+    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$1" | head -1 || true)
     [ -n "$url" ] && { echo "$url"; return; }
     sleep 0.2
   done
-  echo "engine $1 did not start" >&2; exit 1
+  echo "engine ($1) did not start" >&2; exit 1
 }
-INCIDENT=$(start_engine incident "$WORK/incident.log")
-REMEDIATED=$(start_engine remediated "$WORK/remediated.log")
+start_engine incident "$WORK/incident.log"
+start_engine remediated "$WORK/remediated.log"
+INCIDENT=$(engine_url "$WORK/incident.log")
+REMEDIATED=$(engine_url "$WORK/remediated.log")
 cat >"$WORK/soak.yaml" <<EOF
 listen: 127.0.0.1:0
 store: { path: $WORK/soak.sqlite, retention: 1d }
