@@ -316,26 +316,33 @@ export class KvMemory {
     this.refreshSummary(dstPage);
   }
 
-  /** Spins until the page's lock is ours. Critical sections are a few microseconds of copying. */
+  /**
+   * Takes the page's lock. Spins briefly (a copy holds it for microseconds), then sleeps until the holder
+   * lets go: a decode read holds its pages for a whole attention kernel (readFenced), and on a busy host a
+   * spinning thread would only take the CPU from the holder.
+   */
   lockPage(page: number): void {
-    while (Atomics.compareExchange(this.lock, page, 0, 1) !== 0) {
-      // another thread is verifying or copying this page
+    for (let spins = 0; Atomics.compareExchange(this.lock, page, 0, 1) !== 0; spins++) {
+      if (spins >= 64) Atomics.wait(this.lock, page, 1, 1);
     }
   }
 
   unlockPage(page: number): void {
     Atomics.store(this.lock, page, 0);
+    Atomics.notify(this.lock, page, 1);
   }
 
   /**
    * Runs `read` (a ground-truth scan and the attention kernel over the first `numPositions` positions of
-   * `pages`) with every page it covers locked, in ascending page order (the order every multi-page locker
-   * uses: no deadlock). A one-sided write from another thread takes the same locks, so it lands wholly
-   * before or wholly after the read: what the scan counts is exactly what the kernel read.
+   * `pages`) with every page it covers that another thread may still write locked, in ascending page order
+   * (the order every multi-page locker uses: no deadlock). A one-sided write from another thread takes the
+   * same locks, so it lands wholly before or wholly after the read: what the scan counts is exactly what
+   * the kernel read. Only leased pages can be written from elsewhere (a transfer leases its pages until its
+   * last batch has landed, and only the reading thread adds leases), so the others need no lock.
    */
   readFenced<T>(pages: Int32Array, numPositions: number, read: () => T): T {
     const count = Math.ceil(numPositions / this.pageSize);
-    const locked = Int32Array.from(pages.subarray(0, count)).sort();
+    const locked = pages.subarray(0, count).filter((page) => Atomics.load(this.leases, page) > 0).sort();
     let last = -1;
     for (const page of locked) if (page !== last) this.lockPage((last = page));
     try {

@@ -76,7 +76,7 @@ describe('series summary', () => {
     ];
     const s = summarizeSeries(records);
     expect(s.cycles).toBe(6);
-    expect(s.outcomes).toEqual({ pass: 2, fail: 3, inconclusive: 1 });
+    expect(s.outcomes).toEqual({ pass: 2, fail: 3, inconclusive: 1, 'not-applicable': 0 });
     expect(s.marker.detected.successes).toBe(2);
     expect(s.marker.first).toEqual({ cycle: 3, tokensSent: 3000, tokensBilled: 1200 });
     expect(s.marker.cyclesPerDetection).toBe(3);

@@ -211,11 +211,12 @@ export class DecodeWorker {
     this.end(seq, 'aborted');
   }
 
-  /** After a message or an async copy: flush events, reclaim, republish, keep stepping if there is work. */
+  /** After a message or an async copy: reclaim, republish, flush events, keep stepping if there is work. */
   private afterAsync(): void {
     this.pool.reclaim();
-    this.flush();
+    // Counters first, then events: a client that sees a request end (a page-tags 500) finds its count published.
     this.publish();
+    this.flush();
     this.schedule();
   }
 
@@ -246,8 +247,8 @@ export class DecodeWorker {
     this.admit();
     this.decode(step);
     this.pool.reclaim();
-    this.flush();
     this.publish();
+    this.flush();
     this.schedule();
   }
 
