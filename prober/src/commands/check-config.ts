@@ -2,6 +2,7 @@
 import { EXIT } from '../exit-codes.js';
 import { ConfigError, formatDuration, loadConfig } from '../service/config.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
+import { budgetWarning } from '../service/cycle-cost.js';
 
 const USAGE = 'usage: kvcanary check-config FILE';
 
@@ -20,6 +21,11 @@ export async function checkConfigMain(args: string[]): Promise<number> {
       (t) => `  ${t.name}: ${t.baseUrl} every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}), scenarios ${t.scenarios.join(', ')}`,
     );
     process.stdout.write(`${args[0]}: valid, ${config.targets.length} target(s)\n${lines.join('\n')}\n`);
+    // From the config alone: sizes it states (probe tuning); the endpoint's advertised sizes are checked by serve.
+    for (const t of config.targets) {
+      const warning = budgetWarning(t, {}, 'from the configured probe sizes');
+      if (warning !== undefined) process.stderr.write(`warning: ${warning}\n`);
+    }
     return EXIT.pass;
   } catch (err) {
     if (err instanceof ConfigError) {
