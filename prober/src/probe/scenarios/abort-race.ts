@@ -143,7 +143,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
         // Reader i opens the same way in every window and differently from the others: a cache or host tier
         // that keeps its pages past their release serves them to reader i of the next window.
         Array.from({ length: readersPerWindow }, (_, i) =>
-          exchange(ctx, { role: 'reader', prompt: process.env.SAME ? reader : `Ledger ${i + 1}. ${reader}`, promptTokens: readerEstimate + 4, maxTokens, stream: true }),
+          exchange(ctx, { role: 'reader', prompt: `Ledger ${i + 1}. ${reader}`, promptTokens: readerEstimate + 4, maxTokens, stream: true }),
         ),
       );
       let ok = 0;
