@@ -24,7 +24,7 @@ describe('no false positives on a self-echo/noise endpoint', () => {
       schedule: { intervalMs: 60_000, timeoutMs: 30_000, jitterMs: 0 }, budget: { tokensPerHour: 1e12 },
     };
     const run = await runProbe(
-      { registry, scanner: createScanner(registry), tuning: { abortRounds: 125, planterTokens: 256 } },
+      { registry, scanner: createScanner(registry), tuning: { abortRounds: 250, planterTokens: 256 } },
       { target, scenarios: ['overlimit-handoff', 'abort-race'], runId: 'noise', signal: new AbortController().signal, tokenBudget: 1e12 },
     );
     const abort = run.scenarios.find((s) => s.name === 'abort-race')!;
