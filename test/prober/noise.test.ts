@@ -36,7 +36,8 @@ describe('no false positives on a self-echo/noise endpoint', () => {
     expect(run.outcome).not.toBe('fail');
     // The endpoint did echo markers back: the scanner saw them and classed them as self.
     const echo = /self-echo: (\d+) of/.exec(abort.notes.join('\n'));
-    expect(Number(echo?.[1])).toBeGreaterThan(100);
+    // Most abort-race planters are aborted before their first characters, so fewer responses echo than there are planters.
+    expect(Number(echo?.[1])).toBeGreaterThan(50);
   });
 
   it('prefix-isolation on a server without any cache: never a pass and never a timing finding (timed pairs are exchangeable)', async () => {
