@@ -24,7 +24,7 @@ describe('no false positives on a self-echo/noise endpoint', () => {
       schedule: { intervalMs: 60_000, timeoutMs: 30_000, jitterMs: 0 }, budget: { tokensPerHour: 1e12 },
     };
     const run = await runProbe(
-      { registry, scanner: createScanner(registry), tuning: { abortRounds: 125, planterTokens: 256 } },
+      { registry, scanner: createScanner(registry), tuning: { abortRounds: 250, planterTokens: 256 } },
       { target, scenarios: ['overlimit-handoff', 'abort-race'], runId: 'noise', signal: new AbortController().signal, tokenBudget: 1e12 },
     );
     const abort = run.scenarios.find((s) => s.name === 'abort-race')!;
@@ -36,7 +36,8 @@ describe('no false positives on a self-echo/noise endpoint', () => {
     expect(run.outcome).not.toBe('fail');
     // The endpoint did echo markers back: the scanner saw them and classed them as self.
     const echo = /self-echo: (\d+) of/.exec(abort.notes.join('\n'));
-    expect(Number(echo?.[1])).toBeGreaterThan(100);
+    // Most abort-race planters are aborted before their first characters, so fewer responses echo than there are planters.
+    expect(Number(echo?.[1])).toBeGreaterThan(50);
   });
 
   it('prefix-isolation on a server without any cache: never a pass and never a timing finding (timed pairs are exchangeable)', async () => {

@@ -302,6 +302,44 @@ targets: [{ name: prod, base_url: "http://h" }]`), fake.probe);
     expect(fake.calls[1]!.req.tokenBudget).toBe(1000);
   });
 
+  it('logs neededTokens uncapped, shows skips in the loop state, and warns when one cycle cannot fit at the advertised size', async () => {
+    // A cycle cost 5000 against a 1000-token hour: admission caps its ask at the limit, the log does not.
+    const fake = fakeProbe(async (req) => after(S, [result(req.scenarios[0]!, 'pass', { tokens: { sent: 5000, billed: 5000 } })]));
+    const h = harness(config(`
+schedule: { interval: 10m, timeout: 1m, jitter: 0s }
+budget: { tokens_per_hour: 1000 }
+scenarios: [overlimit-handoff]
+targets: [{ name: prod, base_url: "http://h" }]`), fake.probe);
+    h.scheduler.start();
+    await vi.advanceTimersByTimeAsync(11 * M);
+    expect(fake.calls).toHaveLength(1);
+    const skipLog = h.logs().find((l) => l.reason === 'budget');
+    expect(skipLog).toMatchObject({ target: 'prod', neededTokens: 5000 });
+    const state = h.scheduler.health().loops.find((l) => l.target === 'prod')!;
+    expect(state.skipped).toEqual({ budget: 1 });
+    expect(state.lastSkip).toMatchObject({ reason: 'budget', neededTokens: 5000 });
+    // The fake endpoint advertises a 4096-token context: one overlimit-handoff cycle needs more than 1000 tokens.
+    expect(h.logs().some((l) => typeof l.msg === 'string' && /cannot fit one cycle/.test(l.msg))).toBe(true);
+  });
+
+  it('a scenario left without budget in a running cycle is recorded inconclusive (reason budget), so the cycle cannot pass', async () => {
+    // overlimit-handoff spends the whole hour; abort-race, queued behind it (per_target 1), finds nothing left.
+    const fake = fakeProbe(async (req) => after(S, [result(req.scenarios[0]!, 'pass', { tokens: { sent: 1000, billed: 1000 } })]));
+    const h = harness(config(`
+schedule: { interval: 10m, timeout: 1m, jitter: 0s }
+concurrency: { global: 1, per_target: 1 }
+budget: { tokens_per_hour: 1000 }
+scenarios: [overlimit-handoff, abort-race]
+targets: [{ name: prod, base_url: "http://h" }]`), fake.probe);
+    h.scheduler.start();
+    await vi.advanceTimersByTimeAsync(5 * S);
+    expect(h.runs).toHaveLength(1);
+    const starved = h.runs[0]!.scenarios.find((s) => s.name === 'abort-race');
+    expect(starved).toMatchObject({ outcome: 'inconclusive', reason: 'budget' });
+    expect(h.runs[0]!.outcome).toBe('inconclusive');
+    expect(await h.sample('kvcanary_runs_skipped_total', { target: 'prod', reason: 'budget' })).toBe(1);
+  });
+
   it('remembers spend across a restart: the store seeds the hourly budget and the cost estimates', async () => {
     const fake = fakeProbe(async (req) => after(S, [result(req.scenarios[0]!, 'pass')]));
     const h = harness(config(`

@@ -3,6 +3,7 @@ import { EXIT } from '../exit-codes.js';
 import { ConfigError, formatDuration, loadConfig } from '../service/config.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { describeSource } from '../service/discovery/spec.js';
+import { budgetWarning } from '../service/cycle-cost.js';
 
 const USAGE = `usage: kvcanary check-config FILE
 
@@ -30,6 +31,11 @@ export async function checkConfigMain(args: string[]): Promise<number> {
     }
     const discovered = (config.discovery ?? []).length;
     process.stdout.write(`${args[0]}: valid, ${config.targets.length} target(s)${discovered > 0 ? ` and ${discovered} discovery entr${discovered === 1 ? 'y' : 'ies'}` : ''}\n${lines.join('\n')}\n`);
+    // From the config alone: sizes it states (probe tuning); the endpoint's advertised sizes are checked by serve.
+    for (const t of [...config.targets, ...(config.discovery ?? []).map((d) => d.template)]) {
+      const warning = budgetWarning(t, {}, 'from the configured probe sizes');
+      if (warning !== undefined) process.stderr.write(`warning: ${warning}\n`);
+    }
     return EXIT.pass;
   } catch (err) {
     if (err instanceof ConfigError) {

@@ -35,7 +35,7 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
                           flight is aborted and the run ends inconclusive (reason "deadline") with what it had
   --budget TOKENS         most prompt+completion tokens this run may spend (default 5000000)
   --planter-tokens N      prompt tokens per planter (default: sized from the KV pool)
-  --rounds N              abort-race rounds (default 4)
+  --rounds N              abort-race race windows (default 29; a pass needs 29)
   --chat                  use /v1/chat/completions instead of /v1/completions
   --json                  print one JSON document on stdout
   --fail-on SEVERITY      exit 1 only for a finding at or above it: critical, high, warning (default), info;

@@ -40,7 +40,7 @@
  *   probe:                          # probe tuning (every key optional; defaults suit the endpoint's advertised sizes)
  *     planter_tokens: 4096          # prompt tokens per planter
  *     plant_tokens: 1048576         # planted tokens per overlimit-handoff cycle / churned per prefix-churn round
- *     abort_rounds: 4               # abort-race rounds per cycle
+ *     abort_rounds: 29              # abort-race race windows per cycle (a pass needs 29)
  *     abort_ballast: true           # abort-race fills the exposed pool with ballast so freed pages are reused at once
  *     reader_max_tokens: 48         # generated tokens asked of readers and planters
  *     sweep: [0.5, 0.75, 0.95]      # prompt sizes (fractions of the context limit) when the pool is hidden

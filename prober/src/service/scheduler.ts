@@ -25,6 +25,8 @@ import { randomUUID } from 'node:crypto';
 import PQueue from 'p-queue';
 import type { Logger } from 'pino';
 import { TokenBudget, WINDOW_MS, costOf } from './budget.js';
+import { budgetWarning } from './cycle-cost.js';
+import type { SkipRecord } from './server.js';
 import { formatDuration, type ServiceConfig, type TargetConfig } from './config.js';
 import { levelForSeverity } from './logger.js';
 import type { Finding } from '../probe/findings.js';
@@ -95,6 +97,11 @@ interface Loop {
   removed: boolean;
   /** When each scenario last started (cost tiers: scenario-schedule.ts). */
   scenarioStarted: Map<string, number>;
+  /** The sizes and limit the budget warning was last checked at. */
+  budgetWarned?: string;
+  /** Cycles (or scenarios of a cycle) not run, by reason, since this loop started; and the latest. */
+  skipped: Record<string, number>;
+  lastSkip?: SkipRecord;
 }
 
 type CallResult =
@@ -146,7 +153,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const loop: Loop = {
       target: t, queue: new PQueue({ concurrency: config.concurrency.perTarget }), timer: undefined, nextAt: undefined,
       anchor: undefined, cycle: undefined, cancelQueued: undefined, abandoned: 0, lastRunAt: undefined, lastOutcome: undefined,
-      removed: false, scenarioStarted: new Map(),
+      removed: false, scenarioStarted: new Map(), skipped: {},
     };
     loops.set(t.name, loop);
     budgetOf(t);
@@ -168,6 +175,13 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
 
   function skip(loop: Loop, reason: SkipReason, fields: Record<string, unknown> = {}): void {
     metrics.runsSkipped.inc({ target: loop.target.name, reason });
+    loop.skipped[reason] = (loop.skipped[reason] ?? 0) + 1;
+    loop.lastSkip = {
+      reason, at: iso(clock.now()),
+      ...(typeof fields['neededTokens'] === 'number' ? { neededTokens: fields['neededTokens'] } : {}),
+      ...(typeof fields['availableTokens'] === 'number' ? { availableTokens: fields['availableTokens'] } : {}),
+      ...(typeof fields['scenario'] === 'string' ? { scenario: fields['scenario'] } : {}),
+    };
     const level = reason === 'shutdown' ? 'info' : 'warn';
     logger[level]({ target: loop.target.name, reason, ...fields }, `probe run skipped (${reason})`);
   }
@@ -350,7 +364,17 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       capacity,
       up: runs.some((r) => r.up),
     };
+    warnBudget(loop, run);
     recorded(await record(loop, run));
+  }
+
+  /** Once per target and size: the hourly budget cannot fit one cycle at the endpoint's advertised size. */
+  function warnBudget(loop: Loop, run: ProbeRun): void {
+    const key = `${run.capacity.contextTokens}/${run.capacity.poolTokens}/${loop.target.budget.tokensPerHour}`;
+    if (loop.budgetWarned === key) return;
+    loop.budgetWarned = key;
+    const warning = budgetWarning(loop.target, run.capacity, 'at the endpoint\'s advertised size');
+    if (warning !== undefined) logger.warn({ target: loop.target.name, tokensPerHour: loop.target.budget.tokensPerHour }, warning);
   }
 
   async function record(loop: Loop, run: ProbeRun): Promise<boolean> {
@@ -429,6 +453,8 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       if (l.lastRunAt !== undefined) s.lastRunAt = l.lastRunAt;
       if (l.lastOutcome !== undefined) s.lastOutcome = l.lastOutcome;
       if (l.nextAt !== undefined) s.nextRunAt = iso(l.nextAt);
+      if (Object.keys(l.skipped).length > 0) s.skipped = { ...l.skipped };
+      if (l.lastSkip !== undefined) s.lastSkip = l.lastSkip;
       return s;
     });
   }

@@ -26,6 +26,28 @@ export interface LoopState {
   nextRunAt?: string;
   /** Probe calls that ignored their abort and are still running (the target is held until they end). */
   abandoned: number;
+  /** Cycles (or scenarios of a running cycle) not run since the service started, by reason (budget, overlap, shutdown). */
+  skipped?: Record<string, number>;
+  lastSkip?: SkipRecord;
+}
+
+/** The latest skip: why, when, and for the budget what the cycle needed (uncapped) against what was left. */
+export interface SkipRecord {
+  reason: string;
+  at: string;
+  scenario?: string;
+  neededTokens?: number;
+  availableTokens?: number;
+}
+
+function skipsHtml(loop: LoopState | undefined, now: number): string {
+  if (loop?.skipped === undefined) return '';
+  const counts = Object.entries(loop.skipped).map(([r, n]) => `${escapeHtml(r)}: ${n}`).join(', ');
+  const last = loop.lastSkip;
+  const detail = last === undefined ? '' : ` · last ${escapeHtml(last.reason)}${last.scenario !== undefined ? ` (${escapeHtml(last.scenario)})` : ''} ${ago(last.at, now)}` +
+    (last.neededTokens !== undefined ? `, needed ${last.neededTokens.toLocaleString('en-US')} tokens` : '') +
+    (last.availableTokens !== undefined ? `, ${last.availableTokens.toLocaleString('en-US')} left this hour` : '');
+  return `<p class="skips"><span class="badge inconclusive" title="not run: not a pass">SKIPPED</span> ${counts}${detail}</p>`;
 }
 
 export interface HealthReport {
@@ -263,7 +285,7 @@ function targetSection(name: string, baseUrl: string, scenarios: readonly string
     : `last cycle ${badge(last.outcome)} ${ago(last.finishedAt, now)} · model ${escapeHtml(last.model || '?')} · endpoint ${last.up ? 'reached' : '<b>not reached</b>'} · ${last.findingCount} finding${last.findingCount === 1 ? '' : 's'}`;
   const loopLine = loop === undefined ? '' : ` · loop ${escapeHtml(loop.state)}${loop.nextRunAt !== undefined ? `, next run ${escapeHtml(loop.nextRunAt)}` : ''}${loop.abandoned > 0 ? `, <b>${loop.abandoned} abandoned probe(s)</b>` : ''}`;
   return `<section><h2>${escapeHtml(name)} <small>${escapeHtml(baseUrl)}</small></h2>
-<p>${lastLine}${loopLine}</p><p>${escapeHtml(capText)}${below}</p>
+<p>${lastLine}${loopLine}</p>${skipsHtml(loop, now)}<p>${escapeHtml(capText)}${below}</p>
 <table><thead><tr><th>scenario</th><th>latest outcome</th><th>when</th><th>notes</th></tr></thead><tbody>
 ${[...rows.values()].join('\n')}
 </tbody></table></section>`;

@@ -64,8 +64,9 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   const maxTokens = ctx.tuning.readerMaxTokens ?? 48;
   const bound = Math.min(poolTokens ?? Infinity, contextTokens ?? Infinity);
   const planterTokens = ctx.tuning.planterTokens ?? (Number.isFinite(bound) ? clamp(Math.floor(bound / 2), 256, 4096) : 2048);
-  // Short readers: a reader's own transfer overwrites the pages it was handed, so the sooner it lands, the
-  // more of the planter's queued batches land after it and are read.
+  // Readers a quarter of a planter: a reader's own transfer writes its pages first to last, so a late batch
+  // landing on its first pages while the rest of its prompt is still in flight is read the moment decoding
+  // starts; long enough for that window to be wide, short enough that several cover the planter's pages.
   const readerTokens = Math.floor(planterTokens / 4);
   const readerReps = line === undefined ? 0 : readerTokens < line.overhead + line.perRepetition ? 0 : repetitionsFor(line, readerTokens);
   const readerEstimate = line === undefined ? 96 : tokensFor(line, readerReps);
@@ -84,7 +85,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   const admit = Math.min(bound, ctx.introspection.maxInputTokens ?? Infinity);
   const ballast = holdBallast(ctx, { tokens: ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex) });
   out.note(
-    `window: 1 planter of ~${planterTokens} tokens aborted before its first token, then ${readersPerWindow} readers of ~${readerEstimate} tokens` +
+    `window: 1 planter of ~${planterTokens} tokens aborted in flight (mid-transfer, mid-stream, or re-sent), then ${readersPerWindow} readers of ~${readerEstimate} tokens` +
       (ballastTokens > 0 ? `; ballast ~${ballastTokens} tokens in ${ballast.pieces} request(s) (reservation pool ${reservationPool})` : '; no ballast (pool not exposed)'),
   );
 
@@ -143,7 +144,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
         // Reader i opens the same way in every window and differently from the others: a cache or host tier
         // that keeps its pages past their release serves them to reader i of the next window.
         Array.from({ length: readersPerWindow }, (_, i) =>
-          exchange(ctx, { role: 'reader', prompt: process.env.SAME ? reader : `Ledger ${i + 1}. ${reader}`, promptTokens: readerEstimate + 4, maxTokens, stream: true }),
+          exchange(ctx, { role: 'reader', prompt: `Ledger ${i + 1}. ${reader}`, promptTokens: readerEstimate + 4, maxTokens, stream: true }),
         ),
       );
       let ok = 0;
