@@ -127,7 +127,7 @@ describe('store: file, pragmas and migrations', () => {
     v2.close();
 
     const store = openStore({ path: p, retentionMs: 1000 * DAY });
-    expect(store.schemaVersion()).toBe(3);
+    expect(store.schemaVersion()).toBe(SCHEMA_VERSION);
     store.close();
     const db = new Database(p, { readonly: true });
     expect(db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'markers'").get()).toEqual({ n: 0 });
