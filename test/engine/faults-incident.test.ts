@@ -67,7 +67,8 @@ async function plantThenOverLimit(e: RunningEngine): Promise<Probe> {
 /**
  * Whether the over-limit answer happens to continue one of our markers depends on which stale pages the
  * reservation inherited and where the copy head locks on: a per-try probability, not a certainty. Up to
- * three tries (planting again each time) decide "foreign text" for a defense; status and ground truth add up.
+ * `tries` tries (planting again each time) decide "foreign text" for a defense; status and ground truth add
+ * up. The defense table asks it of six defenses at once, so it gives each more tries.
  */
 async function plantThenOverLimitTries(e: RunningEngine, tries = 3): Promise<Probe> {
   let p: Probe = { ...(await plantThenOverLimit(e)), tries: 1 };
@@ -126,7 +127,7 @@ describe('fault admission-checks-finished (the incident)', () => {
     for (const defense of ['(none)', ...DEFENSES]) {
       const e = await startEngine({ preset: 'incident', scale: 64, defenses: defense === '(none)' ? [] : [defense], log: () => {} });
       running.push(e);
-      const p = await plantThenOverLimitTries(e);
+      const p = await plantThenOverLimitTries(e, 6);
       if (defense !== '(none)') p.blocks = await blocksOf(e, defense);
       results.set(defense, p);
       rows.push(row(defense, p));
@@ -147,5 +148,5 @@ describe('fault admission-checks-finished (the incident)', () => {
     const table = /<!-- incident-defenses:start -->\n([\s\S]*?)<!-- incident-defenses:end -->/.exec(readme)?.[1] ?? '';
     const documented = table.split('\n').filter((l) => l.startsWith('| ') && !l.startsWith('| defense') && !l.startsWith('|---'));
     expect(documented).toEqual(rows);
-  }, 60_000);
+  }, 180_000);
 });
