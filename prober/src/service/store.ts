@@ -434,8 +434,10 @@ interface FindingRow {
   acknowledged: string | null;
 }
 
-export function openStore(opts: StoreOptions): Store {
-  const secretsOf = typeof opts.secrets === 'function' ? opts.secrets : (() => (opts.secrets as readonly string[] | undefined) ?? []);
+const short = (s: string, secrets: readonly string[]): string => safeText(s, MAX_SHORT, secrets);
+
+/** Opens (read-only: checks the schema; otherwise creates owner-only, WAL, migrated) the database. */
+function openDatabase(opts: StoreOptions): Database.Database {
   let db: Database.Database;
   try {
     if (opts.readonly === true) {
@@ -459,7 +461,12 @@ export function openStore(opts: StoreOptions): Store {
     if (err instanceof StoreError) throw err;
     throw new StoreError('KVC_STORE_OPEN', `cannot open evidence store ${opts.path}: ${(err as Error).message}`, { cause: err });
   }
+  return db;
+}
 
+/** The store's write paths: one transaction per run, per late finding batch, per planting batch. Every string
+ * is bounded and scrubbed of the current secrets first. */
+function createWriters(db: Database.Database, secretsOf: () => readonly string[]) {
   const insertRun = db.prepare(`INSERT INTO runs (run_id, target, base_url, model, started_at, finished_at, outcome, up, capacity)
     VALUES (@run_id, @target, @base_url, @model, @started_at, @finished_at, @outcome, @up, @capacity)`);
   const insertScenario = db.prepare(`INSERT INTO scenario_runs (run_id, scenario, outcome, duration_ms, tokens_sent, tokens_billed, notes, power, reason)
@@ -473,10 +480,6 @@ export function openStore(opts: StoreOptions): Store {
   const upsertPlanting = db.prepare(`INSERT INTO plantings (request_no, run_id, request_id, role, tenant, planted_at, marker_count)
     VALUES (@request_no, @run_id, @request_id, @role, @tenant, @planted_at, @marker_count)
     ON CONFLICT (request_no) DO UPDATE SET marker_count = max(marker_count, excluded.marker_count)`);
-  const PLANTING_SELECT = `SELECT p.*, r.target AS target, r.base_url AS base_url FROM plantings p LEFT JOIN runs r ON r.run_id = p.run_id`;
-  const selectPlanting = db.prepare(`${PLANTING_SELECT} WHERE p.request_no = ?`);
-
-  const short = (s: string, secrets: readonly string[]): string => safeText(s, MAX_SHORT, secrets);
 
   function findingRow(runId: string, target: string, f: Finding, at: string, secrets: readonly string[]) {
     return {
@@ -570,6 +573,16 @@ export function openStore(opts: StoreOptions): Store {
       });
     }
   });
+
+  return { writeRun, writeFindings, writePlantings };
+}
+
+export function openStore(opts: StoreOptions): Store {
+  const secretsOf = typeof opts.secrets === 'function' ? opts.secrets : (() => (opts.secrets as readonly string[] | undefined) ?? []);
+  const db = openDatabase(opts);
+  const { writeRun, writeFindings, writePlantings } = createWriters(db, secretsOf);
+  const PLANTING_SELECT = `SELECT p.*, r.target AS target, r.base_url AS base_url FROM plantings p LEFT JOIN runs r ON r.run_id = p.run_id`;
+  const selectPlanting = db.prepare(`${PLANTING_SELECT} WHERE p.request_no = ?`);
 
   type PlantingDbRow = { request_no: string; run_id: string; request_id: string; role: string; tenant: string; planted_at: string; marker_count: number; target: string | null; base_url: string | null };
   const plantingOf = (r: PlantingDbRow): PlantingRow => ({
