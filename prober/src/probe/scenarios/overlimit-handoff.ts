@@ -15,6 +15,7 @@
 import { overlimitPrompt, repetitionsFor, tokensFor } from '../prompts.js';
 import type { ScenarioResult } from '../result.js';
 import { tokenLine } from './calibration.js';
+import type { TokenLine } from '../prompts.js';
 import type { ScenarioContext } from './context.js';
 import type { Exchange } from './exchange.js';
 import { exchange } from './exchange.js';
@@ -30,23 +31,30 @@ interface LimitProbe {
   mustReject: boolean;
 }
 
-export async function overlimitHandoff(ctx: ScenarioContext): Promise<ScenarioResult> {
-  const out = new ResultBuilder(OVERLIMIT_HANDOFF, ctx);
-  const { contextTokens, poolTokens, reachable } = ctx.introspection;
-  const maxTokens = ctx.tuning.readerMaxTokens ?? 48;
-  if (!reachable) {
+/**
+ * What both over-limit scenarios need before sending anything: a reachable endpoint, an advertised context
+ * limit and a calibrated token line. Undefined (with the reason noted) when any is missing.
+ */
+export async function overLimitSizing(ctx: ScenarioContext, out: ResultBuilder): Promise<TokenLine | undefined> {
+  if (!ctx.introspection.reachable) {
     out.note('endpoint unreachable');
-    return out.finish('inconclusive');
+    return undefined;
   }
-  if (contextTokens === undefined) {
+  if (ctx.introspection.contextTokens === undefined) {
     out.note('the endpoint advertises no context limit: over-limit prompts cannot be sized');
-    return out.finish('inconclusive');
+    return undefined;
   }
   const line = await tokenLine(ctx, (ex) => out.add(ex));
-  if (line === undefined) {
-    out.note('could not calibrate prompt sizes (no /tokenize and no usage.prompt_tokens)');
-    return out.finish('inconclusive');
-  }
+  if (line === undefined) out.note('could not calibrate prompt sizes (no /tokenize and no usage.prompt_tokens)');
+  return line;
+}
+
+export async function overlimitHandoff(ctx: ScenarioContext): Promise<ScenarioResult> {
+  const out = new ResultBuilder(OVERLIMIT_HANDOFF, ctx);
+  const { contextTokens, poolTokens } = ctx.introspection;
+  const maxTokens = ctx.tuning.readerMaxTokens ?? 48;
+  const line = await overLimitSizing(ctx, out);
+  if (line === undefined || contextTokens === undefined) return out.finish('inconclusive');
   out.note(`calibrated via ${line.via}: ${line.perRepetition.toFixed(2)} tokens per filler paragraph + ${line.overhead.toFixed(0)}`);
 
   // Plant: enough marker-dense pages that the pages an over-limit request inherits are likely ours.

@@ -12,10 +12,9 @@
  */
 import { overlimitPrompt, repetitionsFor, tokensFor } from '../prompts.js';
 import type { ScenarioResult } from '../result.js';
-import { tokenLine } from './calibration.js';
 import type { ScenarioContext } from './context.js';
 import { exchange } from './exchange.js';
-import { limitProbes } from './overlimit-handoff.js';
+import { limitProbes, overLimitSizing } from './overlimit-handoff.js';
 import { ResultBuilder } from './result-builder.js';
 import { judgeRejection } from './rejection-verdict.js';
 
@@ -23,21 +22,10 @@ export const OVERLIMIT_REJECTION = 'overlimit-rejection';
 
 export async function overlimitRejection(ctx: ScenarioContext): Promise<ScenarioResult> {
   const out = new ResultBuilder(OVERLIMIT_REJECTION, ctx);
-  const { contextTokens, poolTokens, reachable } = ctx.introspection;
+  const { contextTokens, poolTokens } = ctx.introspection;
   const maxTokens = ctx.tuning.readerMaxTokens ?? 48;
-  if (!reachable) {
-    out.note('endpoint unreachable');
-    return out.finish('inconclusive');
-  }
-  if (contextTokens === undefined) {
-    out.note('the endpoint advertises no context limit: over-limit prompts cannot be sized');
-    return out.finish('inconclusive');
-  }
-  const line = await tokenLine(ctx, (ex) => out.add(ex));
-  if (line === undefined) {
-    out.note('could not calibrate prompt sizes (no /tokenize and no usage.prompt_tokens)');
-    return out.finish('inconclusive');
-  }
+  const line = await overLimitSizing(ctx, out);
+  if (line === undefined || contextTokens === undefined) return out.finish('inconclusive');
   let undecided = 0;
   let rejected = 0;
   for (const probe of limitProbes(contextTokens, poolTokens, maxTokens, []).filter((p) => p.mustReject)) {
