@@ -76,9 +76,13 @@ export function repeatedPlanterPrompt(marker: string, count: number): string {
   return `Keep this reference code on file.${`\n${CUE_LINE}${body}`.repeat(Math.max(1, count))}\n${CUE_LINE}`;
 }
 
-/** A short reader: no markers of its own, ends with the cue. Anything marker-like it returns came from elsewhere. */
-export function readerPrompt(padRepetitions = 1): string {
-  return READER_HEADER + FILLER.repeat(padRepetitions) + `\nQuote the reference code: ${MARKER_CUE}`;
+/**
+ * A short reader: no markers of its own, ends with the cue. Anything marker-like it returns came from elsewhere.
+ * `tag`, when given, is a line just before the cue: readers that share everything up to it share cacheable
+ * pages, and the tag ends that shared run so the cue itself is never served from a cache.
+ */
+export function readerPrompt(padRepetitions = 1, tag?: string): string {
+  return READER_HEADER + FILLER.repeat(padRepetitions) + (tag === undefined ? '' : `\n${tag}`) + `\nQuote the reference code: ${MARKER_CUE}`;
 }
 
 /** Characters one marker occupies in a planter (marker plus separator). */

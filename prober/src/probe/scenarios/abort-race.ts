@@ -70,7 +70,6 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   const readerTokens = Math.floor(planterTokens / 4);
   const readerReps = line === undefined ? 0 : readerTokens < line.overhead + line.perRepetition ? 0 : repetitionsFor(line, readerTokens);
   const readerEstimate = line === undefined ? 96 : tokensFor(line, readerReps);
-  const reader = readerPrompt(readerReps);
 
   // The pool where pages are reserved: decode's where named, else the largest exposed.
   const reservationPool = ctx.introspection.reservationPoolTokens ?? ctx.introspection.largestPoolTokens ?? poolTokens;
@@ -142,9 +141,11 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
       // The moment the abort lands: readers, together.
       const readers = await Promise.all(
         // Reader i opens the same way in every window and differently from the others: a cache or host tier
-        // that keeps its pages past their release serves them to reader i of the next window.
+        // that keeps its pages past their release (or copies them after it) serves them to reader i of the
+        // next window. Its last line is new every window, so the run of pages it can be served ends before the
+        // cue: the cue is always computed afresh, and a polluted copy is read, not recited.
         Array.from({ length: readersPerWindow }, (_, i) =>
-          exchange(ctx, { role: 'reader', prompt: `Ledger ${i + 1}. ${reader}`, promptTokens: readerEstimate + 4, maxTokens, stream: true }),
+          exchange(ctx, { role: 'reader', prompt: `Ledger ${i + 1}. ${readerPrompt(readerReps, `Entry ${attempts}.${i + 1}.`)}`, promptTokens: readerEstimate + 8, maxTokens, stream: true }),
         ),
       );
       let ok = 0;
