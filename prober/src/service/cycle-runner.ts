@@ -65,7 +65,7 @@ export interface RunningCycle {
 
 type CallResult =
   | { kind: 'ran'; results: ScenarioResult[]; run: ProbeRun | undefined }
-  | { kind: 'skipped'; reason: SkipReason };
+  | { kind: 'skipped'; reason: SkipReason; scenario: string };
 
 class CancelledError extends Error {
   constructor(readonly reason: CancelReason) { super(reason); }
@@ -109,7 +109,7 @@ export function startCycle(deps: CycleDeps, input: CycleInput): RunningCycle {
       deps.clock.clearTimeout(timeoutTimer);
     }
     const now = deps.clock.now();
-    for (const c of calls) if (c.kind === 'skipped') cycle.skips.push({ reason: c.reason, at: now, fields: { runId } });
+    for (const c of calls) if (c.kind === 'skipped') cycle.skips.push({ reason: c.reason, at: now, fields: { runId, scenario: c.scenario } });
     return { run: assembleRun(target, runId, startedAt, now, calls), skips: cycle.skips, abandoned: cycle.abandoned };
   })();
   return { cancel, result };
@@ -129,7 +129,7 @@ function queued(cycle: Cycle, scenario: string): Promise<CallResult> {
     const cancelled = err instanceof CancelledError ? err : wait.signal.reason instanceof CancelledError ? wait.signal.reason : undefined;
     if (cancelled === undefined) throw err;
     cycle.unstarted.delete(scenario);
-    if (cancelled.reason === 'shutdown') return { kind: 'skipped', reason: 'shutdown' } as const;
+    if (cancelled.reason === 'shutdown') return { kind: 'skipped', reason: 'shutdown', scenario } as const;
     return {
       kind: 'ran', run: undefined,
       results: [inconclusive(scenario, `timed out after ${formatDuration(cycle.input.target.schedule.timeoutMs)} before a probe slot was free (concurrency limits)`, 0)],

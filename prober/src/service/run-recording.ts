@@ -1,6 +1,6 @@
 /**
  * What the scheduler does with a finished cycle and with a skip: store it, count it in the metrics, log it, and
- * hand the run to the onRun hook. A store or hook failure is logged, never thrown: metrics and logs still carry
+ * hand a run to the onRun hook. A store or hook failure is logged, never thrown: metrics and logs still carry
  * the run. Logs carry a finding's kind, target and severity only: its evidence (someone else's data, perhaps)
  * stays in the store.
  */
@@ -10,10 +10,12 @@ import { levelForSeverity } from './logger.js';
 import { observeFindings, observeRun, type Metrics, type SkipReason } from './metrics.js';
 import type { Finding } from '../probe/findings.js';
 import type { ProbeRun } from '../probe/result.js';
+import type { SkipRecord } from './server.js';
 import type { Store } from './store.js';
 
 export interface RecorderDeps {
-  store: Pick<Store, 'recordRun' | 'addFindings'>;
+  /** recordSkip, when present, stores skips for `report`. */
+  store: Pick<Store, 'recordRun' | 'addFindings'> & Partial<Pick<Store, 'recordSkip'>>;
   metrics: Metrics;
   logger: Logger;
   clock: Clock;
@@ -25,8 +27,8 @@ export interface Recorder {
   record(run: ProbeRun): Promise<boolean>;
   /** Findings a probe returned after its cycle was recorded without it (it ignored its abort). */
   recordLateFindings(target: string, runId: string, findings: readonly Finding[]): void;
-  /** A cycle, or a scenario of one, that did not run. */
-  recordSkip(target: string, reason: SkipReason, fields: Record<string, unknown>): void;
+  /** A cycle, or a scenario of one, that did not run: counted, stored, and logged with `fields`. */
+  recordSkip(target: string, skip: SkipRecord & { reason: SkipReason }, fields: Record<string, unknown>): void;
 }
 
 export function createRecorder(deps: RecorderDeps): Recorder {
@@ -74,8 +76,14 @@ export function createRecorder(deps: RecorderDeps): Recorder {
       for (const f of findings) logFinding(target, runId, f);
     },
 
-    recordSkip(target, reason, fields) {
+    recordSkip(target, skip, fields) {
+      const { reason } = skip;
       metrics.runsSkipped.inc({ target, reason });
+      try {
+        store.recordSkip?.({ target, ...skip });
+      } catch (err) {
+        logger.error({ err, target, reason }, 'could not store a skip (the metric and this log still carry it)');
+      }
       const level = reason === 'shutdown' ? 'info' : 'warn';
       logger[level]({ target, reason, ...fields }, `probe run skipped (${reason})`);
     },

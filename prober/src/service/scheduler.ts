@@ -7,8 +7,9 @@
  * are skipped with reason "overlap", because two probes racing each other on one endpoint would muddle both.
  * Findings it returns later are still recorded and counted.
  *
- * Runs that do not start are counted in kvcanary_runs_skipped_total by reason: budget (see budget.ts),
- * overlap (the previous cycle of the target is still going), shutdown (queued when stop() was called).
+ * Runs that do not start are counted in kvcanary_runs_skipped_total by reason, and stored (`report` lists
+ * them): budget (see budget.ts), overlap (the previous cycle of the target is still going), shutdown (queued
+ * when stop() was called).
  *
  * Time comes from an injected clock, so tests drive the schedule with fake timers.
  */
@@ -25,15 +26,18 @@ import { createRecorder } from './run-recording.js';
 import type { HealthReport, LoopState } from './server.js';
 import type { Store } from './store.js';
 import { createTargetBudgets, warnBudget } from './target-budgets.js';
-import { admit, createLoopTimers, loopState, newLoop, noteSkip, skipRecord, type Loop } from './target-loop.js';
+import { admit, createLoopTimers, holdForAbandoned, loopState, newLoop, noteSkip, skipRecord, type Loop } from './target-loop.js';
 
 export { systemClock, type Clock } from './clock.js';
 
 export interface SchedulerOptions {
   config: ServiceConfig;
   probe: ProbeFn;
-  /** recordRun and addFindings are required; tokenSpend and latestPerTarget, when present, seed budgets at start. */
-  store: Pick<Store, 'recordRun' | 'addFindings'> & Partial<Pick<Store, 'tokenSpend' | 'latestPerTarget'>>;
+  /**
+   * recordRun and addFindings are required; tokenSpend and latestPerTarget, when present, seed budgets at start;
+   * recordSkip, when present, stores every skip.
+   */
+  store: Pick<Store, 'recordRun' | 'addFindings'> & Partial<Pick<Store, 'tokenSpend' | 'latestPerTarget' | 'recordSkip'>>;
   metrics: Metrics;
   logger: Logger;
   /** @default systemClock */
@@ -89,8 +93,9 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
   for (const t of config.targets) addLoop(t);
 
   function skip(loop: Loop, reason: SkipReason, fields: Record<string, unknown>, at = clock.now()): void {
-    noteSkip(loop, skipRecord(reason, new Date(at).toISOString(), fields));
-    recorder.recordSkip(loop.target.name, reason, fields);
+    const record = skipRecord(reason, new Date(at).toISOString(), fields);
+    noteSkip(loop, record);
+    recorder.recordSkip(loop.target.name, record, fields);
   }
 
   function trigger(loop: Loop): void {
@@ -119,18 +124,12 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
   /** Counts the cycle's skips, records its run, and holds the target while its abandoned probes still run. */
   async function finishCycle(loop: Loop, result: CycleResult): Promise<void> {
     for (const s of result.skips) skip(loop, s.reason, s.fields, s.at);
+    const { run } = result;
     let stored: (ok: boolean) => void = () => undefined;
     const storedP = new Promise<boolean>((resolve) => { stored = resolve; });
-    const { run } = result;
-    for (const a of result.abandoned) {
-      loop.abandoned++;
-      a.late.then(async (findings) => {
-        if (findings.length > 0 && await storedP && run !== undefined) recorder.recordLateFindings(loop.target.name, run.runId, findings);
-      }).finally(() => {
-        loop.abandoned--;
-        retireIfDone(loop);
-      });
-    }
+    holdForAbandoned(loop, result.abandoned, async (findings) => {
+      if (findings.length > 0 && await storedP && run !== undefined) recorder.recordLateFindings(loop.target.name, run.runId, findings);
+    }, () => retireIfDone(loop));
     if (run === undefined) { stored(false); return; }
     warnBudget(loop, run, logger);
     loop.lastRunAt = run.finishedAt;

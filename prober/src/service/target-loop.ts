@@ -11,7 +11,9 @@ import type { TokenBudget } from './budget.js';
 import type { Clock } from './clock.js';
 import type { TargetConfig } from './config.js';
 import type { SkipReason } from './metrics.js';
+import type { Finding } from '../probe/findings.js';
 import type { Outcome } from '../probe/result.js';
+import type { AbandonedProbe } from './cycle-runner.js';
 import { dueScenarios } from './scenario-schedule.js';
 import type { LoopState, SkipRecord } from './server.js';
 
@@ -116,7 +118,7 @@ export function admit(loop: Loop, budget: TokenBudget, now: number): Admission {
 }
 
 /** What the status page shows of a skip: reason, time, and for the budget what was needed against what was left. */
-export function skipRecord(reason: SkipReason, at: string, fields: Record<string, unknown>): SkipRecord {
+export function skipRecord(reason: SkipReason, at: string, fields: Record<string, unknown>): SkipRecord & { reason: SkipReason } {
   return {
     reason, at,
     ...(typeof fields['neededTokens'] === 'number' ? { neededTokens: fields['neededTokens'] } : {}),
@@ -128,6 +130,20 @@ export function skipRecord(reason: SkipReason, at: string, fields: Record<string
 export function noteSkip(loop: Loop, skip: SkipRecord): void {
   loop.skipped[skip.reason] = (loop.skipped[skip.reason] ?? 0) + 1;
   loop.lastSkip = skip;
+}
+
+/**
+ * Holds the loop busy (its next cycles skip as overlap) until each abandoned probe really ends: two probes racing
+ * each other on one endpoint would muddle both. `late` gets the findings each returns; `released` runs after each.
+ */
+export function holdForAbandoned(loop: Loop, abandoned: readonly AbandonedProbe[], late: (findings: Finding[]) => Promise<void>, released: () => void): void {
+  for (const a of abandoned) {
+    loop.abandoned++;
+    a.late.then(late).finally(() => {
+      loop.abandoned--;
+      released();
+    });
+  }
 }
 
 /** The loop as /healthz and the status page show it; `scheduling` is false before start() and once stopping. */
