@@ -107,3 +107,28 @@ describe('--junit', () => {
     expect(xml).toContain('&lt;script&gt;');
   });
 });
+
+describe('acknowledged findings (silences)', () => {
+  const acked = (f: Finding): Finding => ({ ...f, acknowledged: 'silence 3 (ops) until 2026-02-01T00:00:00.000Z: known (TICKET-9)' });
+
+  it('never gate, at any --fail-on, while an unacknowledged one still does', () => {
+    const quiet = run([scen('overlimit-handoff', 'pass', [acked(leak)]), scen('capacity-audit', 'pass', [acked(warning)])]);
+    for (const failOn of ['critical', 'high', 'warning', 'info'] as const) expect(exitCodeFor(quiet, failOn), failOn).toBe(EXIT.pass);
+    const mixed = run([scen('overlimit-handoff', 'pass', [acked(leak)]), scen('capacity-audit', 'fail', [warning])]);
+    expect(exitCodeFor(mixed, 'warning')).toBe(EXIT.fail);
+    expect(exitCodeFor(mixed, 'high')).toBe(EXIT.pass);
+    const xml = toJunit(mixed, 'warning');
+    expect(xml).toMatch(/failures="1"/);
+    expect(xml).toContain('acknowledged cross-request-leak [critical]: silence 3 (ops) until 2026-02-01T00:00:00.000Z: known (TICKET-9)');
+  });
+
+  it('are listed in --json with the silence that acknowledged them, and in the summary', () => {
+    const r = run([scen('overlimit-handoff', 'pass', [acked(leak)])]);
+    const silence = { id: '3', target: 'cli', kind: '*', reason: 'known (TICKET-9)', expiresAt: '2026-02-01T00:00:00.000Z', createdAt: '2026-01-01T00:00:00.000Z', createdBy: 'ops' };
+    expect(toJson(r, [silence])).toMatchObject({
+      scenarios: [{ name: 'overlimit-handoff', findings: 1, acknowledged: 1 }],
+      findings: [{ kind: 'cross-request-leak', acknowledged: { silence: '3', reason: 'known (TICKET-9)', expiresAt: '2026-02-01T00:00:00.000Z', createdBy: 'ops' } }],
+    });
+    expect(summaryTable(r)).toContain('ACKNOWLEDGED ×1: silence 3 (ops) until 2026-02-01T00:00:00.000Z: known (TICKET-9)');
+  });
+});

@@ -12,6 +12,7 @@ import { makeFinding } from '../../prober/src/probe/findings.js';
 import type { ProbeRun } from '../../prober/src/probe/result.js';
 import { openStore } from '../../prober/src/service/store.js';
 import { runCli } from '../helpers/cli.js';
+import { V4_RUN, writeV4Store } from '../helpers/store-v4.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'kvc-report-'));
 const M = 'kvcanary-aaaaaaaaaaaaaaaaaaaaaaaaaa';
@@ -109,5 +110,75 @@ describe('report for an operator', () => {
     const r = await runCli(['report', '--config', cfg]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain('cross-request-leak');
+  });
+});
+
+describe('report lists skips', () => {
+  const ago = (ms: number): string => new Date(Date.now() - ms).toISOString();
+  const H = 3_600_000;
+
+  function storeWithSkips(name: string, skips: { target: string; at: string; reason: string; scenario?: string; neededTokens?: number; availableTokens?: number }[]): string {
+    const p = kvcanaryStore(name);
+    const store = openStore({ path: p, retentionMs: 86_400_000 });
+    for (const k of skips) store.recordSkip(k);
+    store.close();
+    return p;
+  }
+
+  it('counts per target and reason over the window, and shows the latest with needed and available tokens (text and --json)', async () => {
+    const p = storeWithSkips('skips.sqlite', [
+      { target: 'prod', at: ago(30 * H), reason: 'budget', neededTokens: 1, availableTokens: 0 },
+      { target: 'prod', at: ago(2 * H), reason: 'budget', neededTokens: 900, availableTokens: 100 },
+      { target: 'prod', at: ago(H), reason: 'budget', neededTokens: 650, availableTokens: 350 },
+      { target: 'prod', at: ago(H / 2), reason: 'overlap' },
+    ]);
+    const text = await runCli(['report', '--store', p]);
+    expect(text.code).toBe(1);
+    expect(text.stdout).toContain('skipped cycles and scenarios (3) by target and reason:');
+    expect(text.stdout).toMatch(/^ {2}prod +budget +×2 {2}first \S+ {2}latest \S+: needed 650 tokens, 350 available$/m);
+    expect(text.stdout).toMatch(/^ {2}prod +overlap +×1 {2}first \S+ {2}latest \S+$/m);
+
+    const json = await runCli(['report', '--store', p, '--json']);
+    const doc = JSON.parse(json.stdout) as { skips: { target: string; reason: string; count: number; latest: Record<string, unknown> }[] };
+    expect(doc.skips.map((k) => [k.target, k.reason, k.count])).toEqual([['prod', 'overlap', 1], ['prod', 'budget', 2]]);
+    expect(doc.skips[1]!.latest).toMatchObject({ reason: 'budget', neededTokens: 650, availableTokens: 350 });
+    const older = JSON.parse((await runCli(['report', '--store', p, '--json', '--since', '48h'])).stdout) as typeof doc;
+    expect(older.skips.find((k) => k.reason === 'budget')!.count).toBe(3);
+  });
+
+  it('merges several stores: counts add up, the latest is the newest of all', async () => {
+    const a = storeWithSkips('skips-a.sqlite', [
+      { target: 'prod', at: ago(3 * H), reason: 'budget', neededTokens: 900, availableTokens: 100 },
+      { target: 'prod', at: ago(2 * H), reason: 'budget', neededTokens: 800, availableTokens: 200 },
+    ]);
+    const b = storeWithSkips('skips-b.sqlite', [
+      { target: 'prod', at: ago(H), reason: 'budget', scenario: 'abort-race', neededTokens: 700, availableTokens: 0 },
+      { target: 'canary', at: ago(4 * H), reason: 'shutdown', scenario: 'abort-race' },
+    ]);
+    const r = await runCli(['report', '--store', a, '--store', b, '--json']);
+    const doc = JSON.parse(r.stdout) as { skips: { target: string; reason: string; count: number; firstAt: string; latest: Record<string, unknown> }[] };
+    expect(doc.skips.map((k) => [k.target, k.reason, k.count])).toEqual([['prod', 'budget', 3], ['canary', 'shutdown', 1]]);
+    expect(doc.skips[0]).toMatchObject({ latest: { scenario: 'abort-race', neededTokens: 700, availableTokens: 0 } });
+    expect(Date.parse(doc.skips[0]!.firstAt)).toBeLessThan(Date.now() - 2.5 * H);
+    const text = await runCli(['report', '--store', a, '--store', b, '--target', 'prod']);
+    expect(text.stdout).toMatch(/prod +budget +×3 .* latest \S+ \(abort-race\): needed 700 tokens, 0 available/);
+    expect(text.stdout).not.toMatch(/^ {2}canary /m);
+  });
+
+  it('reads a store of the previous schema (4) as it is: runs and findings listed, no skips, nothing migrated', async () => {
+    const p = path.join(dir, 'v4.sqlite');
+    writeV4Store(p, { startedAt: ago(H + 60_000), finishedAt: ago(H) });
+    const r = await runCli(['report', '--store', p, '--json']);
+    expect(r.code, r.stderr).toBe(1);
+    const doc = JSON.parse(r.stdout) as { runs: { runId: string }[]; skips: unknown[]; findings: { kind: string }[]; silences: { reason: string }[] };
+    expect(doc.runs.map((x) => x.runId)).toEqual([V4_RUN.runId]);
+    expect(doc.skips).toEqual([]);
+    expect(doc.findings.map((f) => f.kind)).toEqual(['pool-below-context']);
+    expect(doc.silences.map((x) => x.reason)).toEqual(['resize planned']);
+    expect((await runCli(['report', '--store', p])).stdout).toContain('skipped cycles and scenarios (0)');
+    const db = new Database(p, { readonly: true });
+    expect(db.prepare('SELECT max(version) AS v FROM schema_migrations').get()).toEqual({ v: 4 });
+    expect(db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'skips'").get()).toEqual({ n: 0 });
+    db.close();
   });
 });

@@ -8,6 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { makeFinding, type Finding } from '../../prober/src/probe/findings.js';
 import type { ProbeRun, ScenarioResult } from '../../prober/src/probe/result.js';
 import { boundEvidence, MAX_EVIDENCE_JSON, openStore, SCHEMA_VERSION, StoreError, type Store } from '../../prober/src/service/store.js';
+import { V4_RUN, writeV4Store } from '../helpers/store-v4.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'kvc-store-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -147,6 +148,36 @@ describe('store: file, pragmas and migrations', () => {
     reopened.close();
   });
 
+  it('migrates a version-4 store (migration 5): runs, findings and silences kept, skips recordable', () => {
+    const p = dbPath();
+    writeV4Store(p);
+    const store = openStore({ path: p, retentionMs: DAY });
+    expect(store.schemaVersion()).toBe(SCHEMA_VERSION);
+    expect(store.recentRuns({ since: '2025-01-01T00:00:00Z' }).map((r) => [r.runId, r.outcome, r.findingCount])).toEqual([[V4_RUN.runId, 'fail', 1]]);
+    expect(store.findings({ since: '2025-01-01T00:00:00Z' })).toEqual([expect.objectContaining({ runId: V4_RUN.runId, kind: 'pool-below-context' })]);
+    expect(store.silences()).toEqual([expect.objectContaining({ target: 'prod', kind: 'pool-below-context', reason: 'resize planned' })]);
+    expect(store.skipSummary()).toEqual([]);
+    store.recordSkip({ target: 'prod', at: '2026-01-01T00:10:00Z', reason: 'budget', neededTokens: 650, availableTokens: 350 });
+    expect(store.skipSummary()).toEqual([{ target: 'prod', reason: 'budget', count: 1, firstAt: '2026-01-01T00:10:00.000Z',
+      latest: { target: 'prod', at: '2026-01-01T00:10:00.000Z', reason: 'budget', neededTokens: 650, availableTokens: 350 } }]);
+    store.close();
+  });
+
+  it('reads a version-4 store read-only as it is (no skips), and refuses an older one read-only', () => {
+    const p = dbPath();
+    writeV4Store(p);
+    const ro = openStore({ path: p, retentionMs: DAY, readonly: true });
+    expect(ro.schemaVersion()).toBe(4);
+    expect(ro.recentRuns({ since: '2025-01-01T00:00:00Z' })).toHaveLength(1);
+    expect(ro.skipSummary({ since: '2025-01-01T00:00:00Z' })).toEqual([]);
+    ro.close();
+    const db = new Database(p);
+    expect(db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'skips'").get()).toEqual({ n: 0 });
+    db.prepare('DELETE FROM schema_migrations WHERE version = 4').run();
+    db.close();
+    expect(() => openStore({ path: p, retentionMs: DAY, readonly: true })).toThrow(expect.objectContaining({ code: 'KVC_STORE_SCHEMA_OLDER' }) as unknown as Error);
+  });
+
   it('reports a file that is not a database as KVC_STORE_OPEN', () => {
     const p = path.join(dir, 'garbage.sqlite');
     writeFileSync(p, 'x'.repeat(4096));
@@ -269,6 +300,24 @@ describe('store: runs, findings, markers', () => {
     expect(store.findings().map((f) => f.runId)).toEqual(['old']);
     expect(store.recentRuns().map((r) => r.runId)).toEqual(['new', 'old']);
     expect(store.prune(now)).toEqual({ requests: 0, plantings: 0 });
+    store.close();
+  });
+
+  it('summarises skips per target and reason: count, first, and the latest with its tokens; by window and target; keys scrubbed', () => {
+    const store = fresh([KEY]);
+    store.recordSkip({ target: 'prod', at: '2026-01-01T00:00:00Z', reason: 'budget', neededTokens: 900, availableTokens: 100 });
+    store.recordSkip({ target: 'prod', at: '2026-01-01T00:10:00Z', reason: 'budget', scenario: 'abort-race', neededTokens: 650.4, availableTokens: 0 });
+    store.recordSkip({ target: 'prod', at: '2026-01-01T00:05:00Z', reason: 'overlap' });
+    store.recordSkip({ target: 'other', at: '2026-01-01T00:20:00Z', reason: 'shutdown', scenario: `x ${KEY}` });
+    expect(store.skipSummary().map((s) => [s.target, s.reason, s.count, s.firstAt])).toEqual([
+      ['other', 'shutdown', 1, '2026-01-01T00:20:00.000Z'],
+      ['prod', 'budget', 2, '2026-01-01T00:00:00.000Z'],
+      ['prod', 'overlap', 1, '2026-01-01T00:05:00.000Z'],
+    ]);
+    expect(store.skipSummary({ target: 'prod' })[0]!.latest).toEqual({ target: 'prod', at: '2026-01-01T00:10:00.000Z', reason: 'budget', scenario: 'abort-race', neededTokens: 650, availableTokens: 0 });
+    expect(store.skipSummary({ since: '2026-01-01T00:06:00Z', target: 'prod' }).map((s) => [s.reason, s.count])).toEqual([['budget', 1]]);
+    expect(JSON.stringify(store.skipSummary())).not.toContain(KEY);
+    expect(() => store.recordSkip({ target: 'prod', at: 'yesterday', reason: 'budget' })).toThrow(/skip at: not a valid time/);
     store.close();
   });
 

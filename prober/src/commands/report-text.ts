@@ -1,23 +1,46 @@
 /**
- * `kvcanary report` as text: runs newest first by the time shown (when they finished), then findings grouped
- * by target and kind, each group with its count, first and last seen, and per finding who planted the marker,
- * who read it and the excerpt (what the alert runbook promises). Everything passes through forTerminal: the
+ * `kvcanary report` as text: runs newest first by the time shown (when they finished); skips per target and
+ * reason (how many, first, and the latest with what it needed against what the budget had left); findings
+ * grouped by target and kind, each group with its count, first and last seen, and per finding who planted the
+ * marker, who read it and the excerpt (what the alert runbook promises). Everything passes through forTerminal: the
  * store holds target-supplied text.
  */
 import { isActive, type Silence } from '../service/silences.js';
-import type { RunSummary, StoredFinding } from '../service/store.js';
+import type { RunSummary, SkipSummary, StoredFinding } from '../service/store.js';
 import { forTerminal, oneLine } from '../terminal-text.js';
 
 function who(p: { tenant: string; role: string; requestId: string } | undefined): string {
   return p === undefined ? '?' : `${p.tenant}/${p.role} ${p.requestId}`;
 }
 
-export function reportText(since: number, runs: readonly RunSummary[], findings: readonly StoredFinding[], silences: readonly Silence[] = [], now = Date.now()): string {
+export interface ReportData {
+  since: number;
+  runs: readonly RunSummary[];
+  skips?: readonly SkipSummary[];
+  findings: readonly StoredFinding[];
+  silences?: readonly Silence[];
+  now?: number;
+}
+
+/** The latest skip of a group: when, which scenario, and for the budget what it needed against what was left. */
+function latestSkip(l: SkipSummary['latest']): string {
+  const tokens = [
+    ...(l.neededTokens !== undefined ? [`needed ${l.neededTokens} tokens`] : []),
+    ...(l.availableTokens !== undefined ? [`${l.availableTokens} available`] : []),
+  ];
+  return `latest ${l.at}${l.scenario !== undefined ? ` (${l.scenario})` : ''}${tokens.length > 0 ? `: ${tokens.join(', ')}` : ''}`;
+}
+
+export function reportText({ since, runs, skips = [], findings, silences = [], now = Date.now() }: ReportData): string {
   const out: string[] = [`runs since ${new Date(since).toISOString()} (${runs.length}), newest first:`];
   const byShown = [...runs].sort((a, b) => b.finishedAt.localeCompare(a.finishedAt));
   for (const r of byShown) {
     const reasons = [...new Set(r.scenarios.map((s) => s.reason).filter((x) => x !== undefined))];
     out.push(`  ${r.finishedAt}  ${r.target.padEnd(16)} ${r.outcome.toUpperCase().padEnd(12)}${reasons.length > 0 ? ` (${reasons.join(', ')})` : ''} ${r.scenarios.map((s) => `${s.name}=${s.outcome}`).join(' ')}`);
+  }
+  out.push(`skipped cycles and scenarios (${skips.reduce((n, s) => n + s.count, 0)}) by target and reason:`);
+  for (const s of skips) {
+    out.push(`  ${s.target.padEnd(16)} ${s.reason.padEnd(8)} ×${s.count}  first ${s.firstAt}  ${latestSkip(s.latest)}`);
   }
   const groups = new Map<string, StoredFinding[]>();
   for (const f of findings) {

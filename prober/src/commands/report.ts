@@ -1,6 +1,6 @@
 /**
  * `kvcanary report [--store FILE... | --config FILE] [--since WHEN] [--target NAME] [--json]`: run outcomes,
- * findings and silences from one or more evidence stores (several shards' stores merge into one report),
+ * skipped cycles, findings and silences from one or more evidence stores (several shards' stores merge into one report),
  * each opened read-only. Evidence printed is what the stores hold: bounded and redacted. Usage, config and
  * store problems are thrown to the CLI's error boundary (exit 64).
  */
@@ -10,7 +10,7 @@ import { EXIT } from '../exit-codes.js';
 import { DEFAULTS, loadConfig } from '../service/config.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import type { Silence } from '../service/silences.js';
-import { openStore, type RunSummary, type StoredFinding } from '../service/store.js';
+import { openStore, type RunSummary, type SkipSummary, type StoredFinding } from '../service/store.js';
 import { parseArgsMessage, UsageError } from './usage.js';
 import { reportText } from './report-text.js';
 import { parseSince, SinceError } from '../since.js';
@@ -21,10 +21,11 @@ const USAGE = `usage: kvcanary report [--store FILE... | --config FILE] [--since
 
   --store FILE      evidence database (default ${DEFAULTS.storePath}); repeat it to merge several shards'
                     stores into one report. Opened read-only: report never creates, migrates, chmods or
-                    changes the journal of a store; a file that is not a kvcanary store is refused (exit 64)
+                    changes the journal of a store; a file that is not a kvcanary store (schema 4 or later)
+                    is refused (exit 64)
   --config FILE     take the store path from a serve config (with {shard}: every shard's store found there;
                     api_key_env variables need not be set)
-  --since WHEN      only runs and findings newer than this (default 24h): a duration (30m, 7d) or a
+  --since WHEN      only runs, skips and findings newer than this (default 24h): a duration (30m, 7d) or a
                     date/time (2026-12-01, 2026-12-01T09:30Z)
   --target NAME     only this target (a name the stores or the config know; anything else is an error)
   --json            one JSON document on stdout
@@ -84,26 +85,29 @@ export async function reportMain(args: string[]): Promise<number> {
       throw new UsageError(`--target: no target named ${shownString(v.target)} in ${paths.join(', ')}${known.size > 0 ? ` (known: ${[...known].sort().join(', ')})` : ' (it holds no runs yet)'}`);
     }
   }
-  const { runs, findings, silences } = read;
+  const { runs, skips, findings, silences } = read;
   if (v.json) {
-    process.stdout.write(JSON.stringify({ store: paths.length === 1 ? paths[0] : paths, since: new Date(since).toISOString(), runs, findings, silences }, null, 2) + '\n');
+    process.stdout.write(JSON.stringify({ store: paths.length === 1 ? paths[0] : paths, since: new Date(since).toISOString(), runs, skips, findings, silences }, null, 2) + '\n');
   } else {
-    process.stdout.write(reportText(since, runs, findings, silences) + '\n');
+    process.stdout.write(reportText({ since, runs, skips, findings, silences, now: Date.now() }) + '\n');
   }
   return runs.some((r) => r.outcome === 'fail') ? EXIT.fail : EXIT.pass;
 }
 
 interface StoresRead {
   runs: RunSummary[];
+  /** Per target and reason, summed over the stores; latest first. */
+  skips: SkipSummary[];
   findings: (StoredFinding & { store?: string })[];
   silences: Silence[];
   /** Every target any of the stores knows (for the --target check). */
   targets: Set<string>;
 }
 
-/** Runs, findings and silences of one or more stores (shards), each opened read-only, merged newest first. */
+/** Runs, skips, findings and silences of one or more stores (shards), each opened read-only, merged newest first. */
 function readStores(paths: readonly string[], filter: { since: number; target?: string }): StoresRead {
   const runs: RunSummary[] = [];
+  const skips: SkipSummary[] = [];
   const findings: (StoredFinding & { store?: string })[] = [];
   const silences = new Map<string, Silence>();
   const targets = new Set<string>();
@@ -112,6 +116,7 @@ function readStores(paths: readonly string[], filter: { since: number; target?: 
     try {
       for (const t of store.latestPerTarget()) targets.add(t.target);
       runs.push(...store.recentRuns({ ...filter, limit: 1000 }));
+      skips.push(...store.skipSummary(filter));
       // Finding ids are per store: with several, each finding says which store holds it.
       findings.push(...store.findings({ ...filter, limit: 1000 }).map((f) => (paths.length > 1 ? { ...f, store: path } : f)));
       for (const s of store.silences()) silences.set(JSON.stringify([s.target, s.kind, s.scenario, s.expiresAt, s.reason]), s);
@@ -123,5 +128,19 @@ function readStores(paths: readonly string[], filter: { since: number; target?: 
   const uniqueRuns = runs.filter((r) => (seen.has(r.runId) ? false : (seen.add(r.runId), true)));
   uniqueRuns.sort((a, b) => b.startedAt.localeCompare(a.startedAt));
   findings.sort((a, b) => b.at.localeCompare(a.at));
-  return { runs: uniqueRuns.slice(0, 1000), findings: findings.slice(0, 1000), silences: [...silences.values()], targets };
+  return { runs: uniqueRuns.slice(0, 1000), skips: mergeSkips(skips), findings: findings.slice(0, 1000), silences: [...silences.values()], targets };
+}
+
+/** One entry per target and reason: counts added (each store holds its own skips), the earliest first and the latest latest. */
+function mergeSkips(all: readonly SkipSummary[]): SkipSummary[] {
+  const merged = new Map<string, SkipSummary>();
+  for (const s of all) {
+    const key = JSON.stringify([s.target, s.reason]);
+    const m = merged.get(key);
+    if (m === undefined) { merged.set(key, { ...s }); continue; }
+    m.count += s.count;
+    if (s.firstAt < m.firstAt) m.firstAt = s.firstAt;
+    if (s.latest.at > m.latest.at) m.latest = s.latest;
+  }
+  return [...merged.values()].sort((a, b) => b.latest.at.localeCompare(a.latest.at) || a.target.localeCompare(b.target) || a.reason.localeCompare(b.reason));
 }

@@ -1,16 +1,25 @@
 /**
  * What `kvcanary run` prints: the `--json` document, the stderr summary, the JUnit XML report, and the exit
- * code a CI gate reads (`--fail-on`). Pure functions of a ProbeRun.
+ * code a CI gate reads (`--fail-on`). Pure functions of a ProbeRun (and, for --json, the silences applied to
+ * it). A finding a silence acknowledged is listed everywhere, marked so, and gates nothing.
  */
 import { EXIT, type ExitCode } from '../exit-codes.js';
 import { atLeast, FINDING_KINDS, type Finding, type Severity } from '../probe/findings.js';
 import { combineOutcomes, type Outcome, type ProbeRun, type ScenarioResult } from '../probe/result.js';
+import { silenceOf, type Silence } from '../service/silences.js';
 
-/** A scenario as the gate sees it: findings below `--fail-on` are listed but do not fail it. */
+/** Findings that gate: at or above `failOn` and not acknowledged by a silence. */
+function gating(s: ScenarioResult, failOn: Severity): Finding[] {
+  return s.findings.filter((f) => f.acknowledged === undefined && atLeast(f.severity, failOn));
+}
+
+/** A scenario as the gate sees it: findings below `--fail-on`, or acknowledged, are listed but do not fail it. */
 function gated(s: ScenarioResult, failOn: Severity): Outcome {
-  if (s.findings.some((f) => atLeast(f.severity, failOn))) return 'fail';
+  if (gating(s, failOn).length > 0) return 'fail';
   return s.outcome === 'fail' ? 'pass' : s.outcome;
 }
+
+const acknowledgedCount = (s: ScenarioResult): number => s.findings.filter((f) => f.acknowledged !== undefined).length;
 
 /** 1 for a finding at or above `failOn`; otherwise the run's outcome with lesser findings set aside. */
 export function exitCodeFor(run: ProbeRun, failOn: Severity): ExitCode {
@@ -20,12 +29,21 @@ export function exitCodeFor(run: ProbeRun, failOn: Severity): ExitCode {
   return EXIT.inconclusive;  // inconclusive, or nothing applicable: isolation was not established
 }
 
-function findingJson(f: Finding): object {
-  return { kind: f.kind, severity: f.severity, scenario: f.scenario, evidence: f.evidence, chance: f.chance, remediation: FINDING_KINDS[f.kind].remediation };
+function findingJson(f: Finding, silences: readonly Silence[]): object {
+  const by = silenceOf(f, silences);
+  return {
+    kind: f.kind, severity: f.severity, scenario: f.scenario, evidence: f.evidence, chance: f.chance, remediation: FINDING_KINDS[f.kind].remediation,
+    ...(f.acknowledged === undefined ? {} : {
+      acknowledged: {
+        ...(by === undefined ? {} : { silence: by.id, reason: by.reason, expiresAt: by.expiresAt, createdBy: by.createdBy }),
+        text: f.acknowledged,
+      },
+    }),
+  };
 }
 
-/** The documented `--json` document. */
-export function toJson(run: ProbeRun): object {
+/** The documented `--json` document; `silences` (those applied) give an acknowledged finding its silence's fields. */
+export function toJson(run: ProbeRun, silences: readonly Silence[] = []): object {
   return {
     outcome: run.outcome,
     target: run.baseUrl,
@@ -40,12 +58,13 @@ export function toJson(run: ProbeRun): object {
       ...(s.reason !== undefined ? { reason: s.reason } : {}),
       ...(s.power !== undefined ? { power: s.power } : {}),
       findings: s.findings.length,
+      ...(acknowledgedCount(s) > 0 ? { acknowledged: acknowledgedCount(s) } : {}),
       requests: s.requests.length,
       tokens: s.tokens,
       durationMs: s.durationMs,
       notes: s.notes,
     })),
-    findings: run.scenarios.flatMap((s) => s.findings.map(findingJson)),
+    findings: run.scenarios.flatMap((s) => s.findings.map((f) => findingJson(f, silences))),
   };
 }
 
@@ -62,10 +81,17 @@ export function summaryTable(run: ProbeRun): string {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const fmt = (r: string[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ');
   const lines = [``, `kvcanary run ${run.baseUrl} (model ${run.model || '?'}): ${run.outcome.toUpperCase()}`, fmt(head), ...rows.map(fmt)];
-  const kinds = new Map<Finding['kind'], number>();
-  for (const f of run.scenarios.flatMap((s) => s.findings)) kinds.set(f.kind, (kinds.get(f.kind) ?? 0) + 1);
-  for (const [kind, n] of kinds) {
-    lines.push(`finding ${kind} ×${n} [${FINDING_KINDS[kind].severity}]`);
+  const kinds = new Map<Finding['kind'], { n: number; acked: Map<string, number> }>();
+  for (const f of run.scenarios.flatMap((s) => s.findings)) {
+    const k = kinds.get(f.kind) ?? { n: 0, acked: new Map<string, number>() };
+    k.n++;
+    if (f.acknowledged !== undefined) k.acked.set(f.acknowledged, (k.acked.get(f.acknowledged) ?? 0) + 1);
+    kinds.set(f.kind, k);
+  }
+  for (const [kind, { n, acked }] of kinds) {
+    const ackedN = [...acked.values()].reduce((a, b) => a + b, 0);
+    lines.push(`finding ${kind} ×${n} [${FINDING_KINDS[kind].severity}]${ackedN > 0 ? ` (${ackedN} acknowledged)` : ''}`);
+    for (const [by, m] of acked) lines.push(`  ACKNOWLEDGED ×${m}: ${by}`);
     lines.push(`  what to do: ${FINDING_KINDS[kind].remediation}`);
   }
   for (const s of run.scenarios.filter((x) => x.outcome === 'not-applicable' || x.outcome === 'inconclusive')) {
@@ -80,10 +106,12 @@ export function summaryTable(run: ProbeRun): string {
  * scenarios: unreachable, deadline, budget, power, or the first note), never a table of empty rows.
  */
 export function quietLine(run: ProbeRun): string {
-  const findings = run.scenarios.reduce((n, s) => n + s.findings.length, 0);
+  const acked = run.scenarios.reduce((n, s) => n + acknowledgedCount(s), 0);
+  const findings = run.scenarios.reduce((n, s) => n + s.findings.length, 0) - acked;
+  const ackedNote = acked > 0 ? `${acked} acknowledged finding(s)` : '';
   const head = `kvcanary run ${run.baseUrl}: ${run.outcome.toUpperCase()}`;
-  if (run.outcome === 'fail') return `${head}: ${findings} finding(s)`;
-  if (run.outcome !== 'inconclusive') return head;
+  if (run.outcome === 'fail') return `${head}: ${findings} finding(s)${acked > 0 ? `, ${ackedNote}` : ''}`;
+  if (run.outcome !== 'inconclusive') return acked > 0 ? `${head}: ${ackedNote}` : head;
   const open = run.scenarios.filter((s) => s.outcome === 'inconclusive');
   const reasons = [...new Set(open.map((s) => s.reason).filter((r) => r !== undefined))];
   const why = reasons.length > 0 ? reasons.join(', ') : (open[0]?.notes[0] ?? 'isolation not established');
@@ -98,13 +126,15 @@ function xml(s: string): string {
 }
 
 /**
- * JUnit XML as CI systems read it: a testcase per scenario; a <failure> per finding at or above `failOn`;
- * <skipped> for not-applicable; <error> for inconclusive. Evidence is already bounded and redacted.
+ * JUnit XML as CI systems read it: a testcase per scenario; a <failure> per finding at or above `failOn` that
+ * no silence acknowledged (acknowledged ones are listed in the testcase's <system-out>); <skipped> for
+ * not-applicable; <error> for inconclusive. Evidence is already bounded and redacted.
  */
 export function toJunit(run: ProbeRun, failOn: Severity): string {
   const cases = run.scenarios.map((s) => {
-    const failures = s.findings.filter((f) => atLeast(f.severity, failOn));
-    const notes = s.notes.join('\n');
+    const failures = gating(s, failOn);
+    const acked = s.findings.flatMap((f) => (f.acknowledged === undefined ? [] : [`acknowledged ${f.kind} [${f.severity}]: ${f.acknowledged}`]));
+    const notes = [...acked, ...s.notes].join('\n');
     const body: string[] = [];
     for (const f of failures) {
       const detail = [FINDING_KINDS[f.kind].summary, `what to do: ${FINDING_KINDS[f.kind].remediation}`, JSON.stringify(f.evidence)].join('\n');
@@ -116,7 +146,7 @@ export function toJunit(run: ProbeRun, failOn: Severity): string {
     return `    <testcase classname="kvcanary.${xml(run.target)}" name="${xml(s.name)}" time="${(s.durationMs / 1000).toFixed(3)}">\n${body.join('\n')}${body.length > 0 ? '\n' : ''}    </testcase>`;
   });
   const count = (p: (s: ScenarioResult) => boolean): number => run.scenarios.filter(p).length;
-  const failures = count((s) => s.findings.some((f) => atLeast(f.severity, failOn)));
+  const failures = count((s) => gating(s, failOn).length > 0);
   const errors = count((s) => s.outcome === 'inconclusive');
   const skipped = count((s) => s.outcome === 'not-applicable');
   const seconds = (Date.parse(run.finishedAt) - Date.parse(run.startedAt)) / 1000;

@@ -1,18 +1,21 @@
 /**
  * `kvcanary run`: probe one endpoint now. Progress and a summary table go to stderr; with --json, stdout
- * holds exactly one JSON document. Exit 0 pass, 1 at least one finding, 2 inconclusive, 64 bad usage.
+ * holds exactly one JSON document. Exit 0 pass, 1 at least one finding (not acknowledged by a silence),
+ * 2 inconclusive, 64 bad usage.
  */
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
-import { formatDuration, type TargetConfig, type TenantConfig } from '../service/config.js';
+import { formatDuration, loadConfig, type ServiceConfig, type TargetConfig, type TenantConfig } from '../service/config.js';
 import { SEVERITIES, type Severity } from '../probe/findings.js';
 import { runProbe } from '../probe/probe.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { parseBaseUrl } from '../probe/target/base-url.js';
 import { InstallationError, createInstallationRegistry, persistPlantings, runStorePath } from '../service/installation.js';
+import { applySilences } from '../service/silences.js';
 import { openStore } from '../service/store.js';
+import { runSilences } from './run-silences.js';
 import { writeFileSync } from 'node:fs';
 import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from './run-output.js';
 import { RunCut } from '../probe/run-cut.js';
@@ -43,14 +46,17 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --junit FILE            also write a JUnit XML report (a testcase per scenario) to FILE
   --store FILE            where plantings and this run are recorded, so later runs attribute its markers
                           (default $KVCANARY_HOME/runs.sqlite, ~/.config/kvcanary/runs.sqlite; may be the
-                          file \`serve\` writes)
+                          file \`serve\` writes); silences acknowledged in it (\`kvcanary ack --store FILE\`) apply
+  --config FILE           apply the \`silences:\` of this serve config too (its api_key_env variables need not
+                          be set). The run is matched as target \`cli\`, and as any config target with this URL.
+                          A silenced finding is listed, marked acknowledged, and does not count for --fail-on
   -q, --quiet             no progress on stderr, and the verdict as one line (with its reason, e.g.
                           "INCONCLUSIVE (unreachable)") instead of the table
 
   --debug                 on an internal error, print the stack too (or KVCANARY_DEBUG=1)
 
-exit codes: 0 pass, 1 finding(s) at or above --fail-on, 2 inconclusive (or nothing applicable; also a dead
-endpoint or the deadline), 64 bad usage, 70 internal error`;
+exit codes: 0 pass, 1 finding(s) at or above --fail-on that no silence acknowledged, 2 inconclusive (or
+nothing applicable; also a dead endpoint or the deadline), 64 bad usage, 70 internal error`;
 
 export async function runMain(args: string[]): Promise<number> {
   let opts: RunOptions;
@@ -67,6 +73,9 @@ export async function runMain(args: string[]): Promise<number> {
     process.stderr.write(RUN_USAGE + '\n');
     return EXIT.pass;
   }
+  // Loaded before anything is sent: a bad config is a usage error, not a wasted run.
+  const config: ServiceConfig | undefined = opts.config === undefined ? undefined
+    : await loadConfig(opts.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
   // The installation's key and store: markers planted by earlier runs decrypt and are attributed to them.
   const store = openStore({ path: opts.store ?? runStorePath(), retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
   let registry;
@@ -90,7 +99,7 @@ export async function runMain(args: string[]): Promise<number> {
   // Target-supplied text (model ids, notes) is stripped of control characters before it reaches a terminal.
   const progress = opts.quiet ? () => {} : (m: string) => process.stderr.write(`  ${oneLine(m)}\n`);
   try {
-    const run = await runProbe(
+    const probed = await runProbe(
       {
         registry,
         scanner: createScanner(registry),
@@ -105,9 +114,13 @@ export async function runMain(args: string[]): Promise<number> {
       },
       { target: opts.target, scenarios: opts.scenarios, runId: `run-${randomUUID()}`, signal: controller.signal, tokenBudget: opts.budget },
     );
+    // Silences read after the run, as serve reads them at each probe: one acknowledged meanwhile applies.
+    const now = Date.now();
+    const { silences, names } = runSilences({ ...(config === undefined ? {} : { config }), store, target: opts.target, now });
+    const run = applySilences(probed, silences, now, names);
     store.recordRun(run);
     process.stderr.write(forTerminal(opts.quiet ? quietLine(run) : summaryTable(run)) + '\n');
-    if (opts.json) process.stdout.write(JSON.stringify(toJson(run), null, 2) + '\n');
+    if (opts.json) process.stdout.write(JSON.stringify(toJson(run, silences), null, 2) + '\n');
     if (opts.junit !== undefined) {
       try {
         writeFileSync(opts.junit, toJunit(run, opts.failOn));
@@ -149,6 +162,8 @@ interface RunOptions {
   failOn: Severity;
   junit?: string;
   store?: string;
+  /** A serve config whose `silences:` apply. */
+  config?: string;
 }
 
 export function parseRunArgs(args: string[]): RunOptions {
@@ -175,6 +190,7 @@ export function parseRunArgs(args: string[]): RunOptions {
         'fail-on': { type: 'string' },
         junit: { type: 'string' },
         store: { type: 'string' },
+        config: { type: 'string' },
         quiet: { type: 'boolean', short: 'q', default: false },
         help: { type: 'boolean', short: 'h', default: false },
       },
@@ -219,6 +235,7 @@ export function parseRunArgs(args: string[]): RunOptions {
   if (!SEVERITIES.includes(failOn)) throw new UsageError(`--fail-on: expected one of ${SEVERITIES.join(', ')}`);
   if (v.junit !== undefined && v.junit.trim() === '') throw new UsageError('--junit: expected a file path');
   if (v.store !== undefined && v.store.trim() === '') throw new UsageError('--store: expected a file path');
+  if (v.config !== undefined && v.config.trim() === '') throw new UsageError('--config: expected a file path');
   const target: TargetConfig = {
     name: 'cli',
     baseUrl: v.target,
@@ -245,5 +262,6 @@ export function parseRunArgs(args: string[]): RunOptions {
     failOn,
     ...(v.junit !== undefined ? { junit: v.junit } : {}),
     ...(v.store !== undefined ? { store: v.store } : {}),
+    ...(v.config !== undefined ? { config: v.config } : {}),
   };
 }

@@ -6,7 +6,8 @@
  * as pass, with a note naming the silence. Every silence carries a reason and an expiry; an expired one
  * simply stops matching.
  *
- * Silences come from the config (`silences:`) and from the store (`kvcanary ack`, listed by `report`).
+ * Silences come from the config (`silences:`) and from the store (`kvcanary ack`, listed by `report`). `serve`
+ * applies them to every run; `kvcanary run` applies those of its `--config` and its store (run-silences.ts).
  */
 import { FINDING_KINDS, type Finding } from '../probe/findings.js';
 import type { ProbeFn } from '../probe/probe-fn.js';
@@ -42,23 +43,33 @@ export function isActive(s: Silence, now: number): boolean {
   return Date.parse(s.expiresAt) > now;
 }
 
-export function matchSilence(silences: readonly Silence[], target: string, f: Finding, now: number): Silence | undefined {
+/** The first active silence matching the finding; `target` may be several names the run is known by. */
+export function matchSilence(silences: readonly Silence[], target: string | readonly string[], f: Finding, now: number): Silence | undefined {
+  const names = typeof target === 'string' ? [target] : target;
   return silences.find((s) => isActive(s, now) && (s.kind === '*' || s.kind === f.kind)
-    && (s.scenario === undefined || s.scenario === f.scenario) && globRe(s.target).test(target));
+    && (s.scenario === undefined || s.scenario === f.scenario) && names.some((n) => globRe(s.target).test(n)));
 }
 
 export function describeSilence(s: Silence): string {
   return `silence ${s.id} (${s.createdBy}) until ${s.expiresAt}: ${s.reason}`;
 }
 
-/** Marks the run's findings that a silence matches and recomputes outcomes without them. */
-export function applySilences(run: ProbeRun, silences: readonly Silence[], now: number): ProbeRun {
+/** Which of these silences acknowledged the finding (the text applySilences wrote names it), if any. */
+export function silenceOf(f: Finding, silences: readonly Silence[]): Silence | undefined {
+  return f.acknowledged === undefined ? undefined : silences.find((s) => describeSilence(s) === f.acknowledged);
+}
+
+/**
+ * Marks the run's findings that a silence matches and recomputes outcomes without them. Silences match the
+ * run's target, or any of `names` when given (what else the run's endpoint is called).
+ */
+export function applySilences(run: ProbeRun, silences: readonly Silence[], now: number, names: readonly string[] = [run.target]): ProbeRun {
   if (silences.length === 0) return run;
   let changed = false;
   const scenarios = run.scenarios.map((s) => {
     let acked = 0;
     const findings = s.findings.map((f) => {
-      const hit = f.acknowledged === undefined ? matchSilence(silences, run.target, f, now) : undefined;
+      const hit = f.acknowledged === undefined ? matchSilence(silences, names, f, now) : undefined;
       if (hit === undefined) return f;
       acked++;
       return { ...f, acknowledged: describeSilence(hit) };

@@ -13,8 +13,9 @@
  * (strings cut, depth and size capped to a few KB) and every configured credential value is scrubbed from
  * every stored string first, since a leaked response or an echoed error may carry one.
  *
- * Retention: requests and plantings are pruned after the configured age; runs, scenario outcomes and
- * findings are kept (they are small and are the record). Plantings outlive their run so that a later run can
+ * Retention: requests and plantings are pruned after the configured age; runs, scenario outcomes, findings
+ * and skips (cycles or scenarios the scheduler did not run: budget, overlap, shutdown) are kept (they are
+ * small, at most a row or two per cycle, and are the record). Plantings outlive their run so that a later run can
  * attribute a late leak of an earlier run's marker.
  *
  * Markers are not stored. A marker is the encryption of (request number, index, check) under the
@@ -25,7 +26,8 @@
  * request (kept for the record until pruned; their random markers are no longer recognised).
  *
  * Schema changes are numbered migrations recorded in `schema_migrations`; a database newer than this
- * code is refused rather than written to.
+ * code is refused rather than written to. A read-only open (`report`) never migrates: it reads a store as old
+ * as MIN_READABLE_SCHEMA as it is (what a later migration added reads as empty).
  */
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
@@ -127,6 +129,29 @@ export interface TokenSpend {
   tokens: { sent: number; billed: number };
 }
 
+/** A cycle (or, with `scenario`, one scenario of a running cycle) the scheduler did not run. */
+export interface SkipRow {
+  target: string;
+  /** ISO time of the skip. */
+  at: string;
+  /** budget, overlap or shutdown. */
+  reason: string;
+  scenario?: string;
+  /** Budget skips: what the cycle (or scenario) cost last time, uncapped. */
+  neededTokens?: number;
+  /** Budget skips: what was left of the hourly budget. */
+  availableTokens?: number;
+}
+
+/** The skips of one target for one reason within a window: how many, the first, and the latest in full. */
+export interface SkipSummary {
+  target: string;
+  reason: string;
+  count: number;
+  firstAt: string;
+  latest: SkipRow;
+}
+
 export interface Store {
   readonly path: string;
   schemaVersion(): number;
@@ -153,6 +178,10 @@ export interface Store {
   addSilence(s: Omit<Silence, 'id'>): Silence;
   /** Every stored silence, newest first (active and expired: `report` lists both). */
   silences(): Silence[];
+  /** Records a skip (the scheduler calls it whenever a cycle or a scenario of one does not run). */
+  recordSkip(skip: SkipRow): void;
+  /** Skips per target and reason, latest first; none for a store older than migration 5 (opened read-only). */
+  skipSummary(opts?: { since?: Date | number | string; target?: string }): SkipSummary[];
   close(): void;
 }
 
@@ -326,9 +355,32 @@ const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE findings ADD COLUMN acknowledged TEXT;
     `,
   },
+  {
+    version: 5,
+    name: 'skips: cycles and scenarios not run (budget, overlap, shutdown)',
+    sql: `
+      CREATE TABLE skips (
+        id               INTEGER PRIMARY KEY AUTOINCREMENT,
+        target           TEXT NOT NULL,
+        at               TEXT NOT NULL,
+        reason           TEXT NOT NULL,
+        scenario         TEXT,
+        needed_tokens    INTEGER,
+        available_tokens INTEGER
+      );
+      CREATE INDEX skips_target_at ON skips (target, at);
+      CREATE INDEX skips_at ON skips (at);
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+/**
+ * The oldest schema a read-only open accepts as it is: every read path works on it (silences and acknowledged
+ * findings came with 4; skips, from 5, read as none). Raise it when a migration changes what the reads need.
+ */
+export const MIN_READABLE_SCHEMA = 4;
 
 function iso(t: Date | number | string, what: string): string {
   const d = t instanceof Date ? t : new Date(t);
@@ -347,7 +399,7 @@ function prepareFile(file: string): void {
   for (const f of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
 }
 
-/** A read-only open: the file must be a kvcanary store at exactly this schema version. */
+/** A read-only open: the file must be a kvcanary store at a schema from MIN_READABLE_SCHEMA to this one. */
 function checkSchema(db: Database.Database, file: string): void {
   let version: number | undefined;
   try {
@@ -363,11 +415,11 @@ function checkSchema(db: Database.Database, file: string): void {
     db.close();
     throw new StoreError('KVC_STORE_NOT_KVCANARY', `${file} is not a kvcanary evidence store (an SQLite database without kvcanary's tables); nothing was changed`);
   }
-  if (version !== SCHEMA_VERSION) {
+  if (version > SCHEMA_VERSION || version < MIN_READABLE_SCHEMA) {
     db.close();
     throw version > SCHEMA_VERSION
       ? new StoreError('KVC_STORE_SCHEMA_NEWER', `${file}: schema version ${version} is newer than this kvcanary understands (${SCHEMA_VERSION}); upgrade kvcanary`)
-      : new StoreError('KVC_STORE_SCHEMA_OLDER', `${file}: schema version ${version} is older than this kvcanary's (${SCHEMA_VERSION}); \`kvcanary serve\` on it migrates it (report never writes)`);
+      : new StoreError('KVC_STORE_SCHEMA_OLDER', `${file}: schema version ${version} is older than this kvcanary reads (${MIN_READABLE_SCHEMA}); \`kvcanary serve\` on it migrates it (report never writes)`);
   }
 }
 
@@ -574,13 +626,50 @@ function createWriters(db: Database.Database, secretsOf: () => readonly string[]
     }
   });
 
-  return { writeRun, writeFindings, writePlantings };
+  // Prepared on first use: a read-only open of a store from before migration 5 has no skips table.
+  let insertSkip: Database.Statement | undefined;
+  const tokens = (x: number | undefined): number | null => (num(x) === null ? null : Math.max(0, Math.round(x!)));
+  const writeSkip = (k: SkipRow): void => {
+    const secrets = secretsOf();
+    insertSkip ??= db.prepare(`INSERT INTO skips (target, at, reason, scenario, needed_tokens, available_tokens)
+      VALUES (@target, @at, @reason, @scenario, @needed_tokens, @available_tokens)`);
+    insertSkip.run({
+      target: short(k.target, secrets), at: iso(k.at, 'skip at'), reason: short(k.reason, secrets),
+      scenario: k.scenario === undefined ? null : short(k.scenario, secrets),
+      needed_tokens: tokens(k.neededTokens), available_tokens: tokens(k.availableTokens),
+    });
+  };
+
+  return { writeRun, writeFindings, writePlantings, writeSkip };
+}
+
+/** Skips per target and reason within the window, latest first. A store from before migration 5 has none. */
+function readSkipSummary(db: Database.Database, since: string | null, target: string | null): SkipSummary[] {
+  const exists = db.prepare(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'skips'`).get() !== undefined;
+  if (!exists) return [];
+  const rows = db.prepare(`
+    WITH w AS (SELECT * FROM skips WHERE (@since IS NULL OR at >= @since) AND (@target IS NULL OR target = @target)),
+    ranked AS (
+      SELECT w.*, row_number() OVER (PARTITION BY target, reason ORDER BY at DESC, id DESC) AS rn,
+             count(*) OVER (PARTITION BY target, reason) AS n, min(at) OVER (PARTITION BY target, reason) AS first_at
+      FROM w)
+    SELECT * FROM ranked WHERE rn = 1 ORDER BY at DESC, target, reason`).all({ since, target }) as
+    { target: string; at: string; reason: string; scenario: string | null; needed_tokens: number | null; available_tokens: number | null; n: number; first_at: string }[];
+  return rows.map((r) => ({
+    target: r.target, reason: r.reason, count: r.n, firstAt: r.first_at,
+    latest: {
+      target: r.target, at: r.at, reason: r.reason,
+      ...(r.scenario === null ? {} : { scenario: r.scenario }),
+      ...(r.needed_tokens === null ? {} : { neededTokens: r.needed_tokens }),
+      ...(r.available_tokens === null ? {} : { availableTokens: r.available_tokens }),
+    },
+  }));
 }
 
 export function openStore(opts: StoreOptions): Store {
   const secretsOf = typeof opts.secrets === 'function' ? opts.secrets : (() => (opts.secrets as readonly string[] | undefined) ?? []);
   const db = openDatabase(opts);
-  const { writeRun, writeFindings, writePlantings } = createWriters(db, secretsOf);
+  const { writeRun, writeFindings, writePlantings, writeSkip } = createWriters(db, secretsOf);
   const PLANTING_SELECT = `SELECT p.*, r.target AS target, r.base_url AS base_url FROM plantings p LEFT JOIN runs r ON r.run_id = p.run_id`;
   const selectPlanting = db.prepare(`${PLANTING_SELECT} WHERE p.request_no = ?`);
 
@@ -719,6 +808,16 @@ export function openStore(opts: StoreOptions): Store {
         id: String(r.id), target: r.target, kind: r.kind, reason: r.reason, createdAt: r.created_at, expiresAt: r.expires_at, createdBy: r.created_by,
         ...(r.scenario === null ? {} : { scenario: r.scenario }),
       }));
+    },
+
+    recordSkip(skip) {
+      open();
+      writeSkip(skip);
+    },
+
+    skipSummary({ since, target } = {}) {
+      open();
+      return readSkipSummary(db, since === undefined ? null : iso(since, 'since'), target ?? null);
     },
 
     latestPerTarget() {
