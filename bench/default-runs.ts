@@ -14,7 +14,7 @@
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEngine, type StartEngineOptions } from '../engine-under-test/src/index.js';
 import { formatProportion, proportion, zeroEventUpperBound } from './proportion.js';
@@ -73,6 +73,8 @@ function runCli(url: string, home: string): Promise<RunRecord> {
 const runs = Number(arg('runs') ?? 10);
 const wanted = arg('configs')?.split(',');
 const out = arg('out') ?? 'bench/default-runs.json';
+const command = `npx tsx bench/default-runs.ts ${process.argv.slice(2).join(' ')}`.trim();
+const loadAtStart = loadavg()[0]!;
 const rows = [];
 for (const config of CONFIGS.filter((c) => wanted === undefined || wanted.includes(c.name))) {
   const engine = await startEngine({ ...config.engine, log: () => {} });
@@ -107,5 +109,5 @@ for (const config of CONFIGS.filter((c) => wanted === undefined || wanted.includ
     `${config.name.padEnd(34)} ${config.race ? `exit 1 with cross-request-leak ${formatProportion(row.recall!)}` : `exit codes ${JSON.stringify(exits)}`}` +
       `  timing alarms ${timing}/${runs}  median ${row.medianRunS} s, max ${row.maxRunS} s`,
   );
-  writeFileSync(out, JSON.stringify({ runsPerConfig: runs, scale: 64, measuredAt: new Date().toISOString(), rows }, null, 2) + '\n');
+  writeFileSync(out, JSON.stringify({ command, runsPerConfig: runs, scale: 64, measuredAt: new Date().toISOString(), loadAverage: { start: loadAtStart, end: loadavg()[0]! }, rows }, null, 2) + '\n');
 }

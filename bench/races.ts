@@ -3,7 +3,9 @@
  *
  * Each cell starts one bundled engine (a preset, a scale, a free-list order, one race fault or its defended
  * twin) and runs `runs` probe runs of the scenario against it, each exactly what `kvcanary run --scenario
- * abort-race` does (a fresh marker registry per run, as a fresh `run` process has). A run counts as a
+ * abort-race` does: a fresh marker registry per run, as a fresh `run` process has, over one installation
+ * (key and run store) per cell, so a marker an earlier run planted is recognised and attributed to it (an
+ * endpoint's host tier or cache may hand it to a later run's reader). A run counts as a
  * detection when it raised `cross-request-leak`. Recall is shown with its 95% Wilson interval; the twins'
  * false-positive rate with its exact one-sided 95% bound.
  *
@@ -12,12 +14,15 @@
  * Writes bench/races.json (or --out) and prints a table. Run it on a quiet machine (`nice -n 10` on a shared
  * one): the races depend on timing.
  */
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { startEngine, type StartEngineOptions } from '../engine-under-test/src/index.js';
-import { createMarkerRegistry } from '../prober/src/probe/marker-registry.js';
 import { runProbe } from '../prober/src/probe/probe.js';
 import { createScanner } from '../prober/src/probe/scanner.js';
 import type { TargetConfig } from '../prober/src/service/config.js';
+import { createInstallationRegistry, persistPlantings } from '../prober/src/service/installation.js';
+import { openStore } from '../prober/src/service/store.js';
 import { formatProportion, proportion, zeroEventUpperBound } from './proportion.js';
 
 interface Cell {
@@ -69,29 +74,40 @@ const target = (url: string): TargetConfig => ({
   budget: { tokensPerHour: Number.MAX_SAFE_INTEGER },
 });
 
+const RETENTION_MS = 7 * 86_400_000;
+const command = `npx tsx bench/races.ts ${process.argv.slice(2).join(' ')}`.trim();
+const loadAtStart = loadavg()[0]!;
 const rows = [];
 for (const cell of cells) {
   const engine = await startEngine({ ...cell.engine, log: () => {} });
+  const home = mkdtempSync(join(tmpdir(), 'kvc-races-'));
+  const store = openStore({ path: join(home, 'runs.sqlite'), retentionMs: RETENTION_MS });
   let detected = 0;
+  let earlier = 0;
   let passed = 0;
   const durations: number[] = [];
   const confidences: number[] = [];
   try {
     for (let i = 0; i < runs; i++) {
-      const registry = createMarkerRegistry();
+      const registry = createInstallationRegistry({ store, since: Date.now() - RETENTION_MS, keyFile: join(home, 'marker.key') });
       const t0 = performance.now();
       const run = await runProbe(
-        { registry, scanner: createScanner(registry) },
+        { registry, scanner: createScanner(registry), onMarkers: persistPlantings(store) },
         { target: target(engine.url), scenarios: [scenario], runId: `races-${i}`, signal: new AbortController().signal, tokenBudget: 1e12 },
       );
       durations.push(performance.now() - t0);
       const s = run.scenarios[0]!;
-      if (s.findings.some((f) => f.kind === 'cross-request-leak')) detected++;
+      store.recordRun(run);
+      const leaks = s.findings.filter((f) => f.kind === 'cross-request-leak');
+      if (leaks.length > 0) detected++;
+      if (leaks.length > 0 && leaks.every((f) => f.evidence.planted?.by !== 'this-run')) earlier++;
       if (s.outcome === 'pass') passed++;
       if (s.power !== undefined) confidences.push(s.power.confidence);
     }
   } finally {
     await engine.close();
+    store.close();
+    rmSync(home, { recursive: true, force: true });
   }
   durations.sort((a, b) => a - b);
   const row = {
@@ -99,6 +115,8 @@ for (const cell of cells) {
     positive: cell.positive,
     runs,
     detected,
+    /** Runs whose every leak was of a marker an earlier run planted. */
+    detectedOnlyEarlierMarkers: earlier,
     passed,
     recall: cell.positive ? proportion(detected, runs) : undefined,
     falsePositiveBound: cell.positive ? undefined : detected === 0 ? zeroEventUpperBound(runs) : proportion(detected, runs).high,
@@ -108,7 +126,7 @@ for (const cell of cells) {
   rows.push(row);
   console.log(
     `${cell.name.padEnd(52)} ${cell.positive ? `recall ${formatProportion(row.recall!)}` : `false positives ${detected}/${runs} (95% bound ${row.falsePositiveBound?.toFixed(3)})`}` +
-      `  pass ${passed}/${runs}  median run ${(row.medianRunMs / 1000).toFixed(1)} s`,
+      `  (${earlier} by earlier runs' markers only)  pass ${passed}/${runs}  median run ${(row.medianRunMs / 1000).toFixed(1)} s`,
   );
-  writeFileSync(out, JSON.stringify({ scenario, runsPerCell: runs, measuredAt: new Date().toISOString(), rows }, null, 2) + '\n');
+  writeFileSync(out, JSON.stringify({ command, scenario, runsPerCell: runs, measuredAt: new Date().toISOString(), loadAverage: { start: loadAtStart, end: loadavg()[0]! }, rows }, null, 2) + '\n');
 }
