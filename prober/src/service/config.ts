@@ -18,8 +18,8 @@
  *     timeout: 2m                   # a cycle still running after this is aborted and recorded inconclusive; < interval
  *     jitter: 30s                   # random extra delay in [0, jitter) before each cycle (and the first); < interval
  *     scenarios:                    # cost tiers: a scenario given an interval (>= interval) runs once per it, the
- *       overlimit-rejection: 15m    # others every cycle. Default: DEFAULT_SCENARIO_INTERVALS (scenario-schedule.ts),
- *       overlimit-handoff: 1h       # which what is given here overrides key by key (a target's over the top level's);
+ *       overlimit-rejection: 15m    # others every cycle. Default: DEFAULT_SCENARIO_INTERVALS (scenario-schedule.ts);
+ *       overlimit-handoff: 1h       # a key given here overrides its default (a target's, the top level's).
  *       prefix-churn: every_cycle   # `every_cycle` drops one scenario's tier; `scenarios: every_cycle` drops them all
  *   budget:
  *     tokens_per_hour: 2000000      # per target, over a sliding hour; a cycle that cannot fit is skipped and counted
@@ -492,7 +492,7 @@ class Validator {
     } else if (o.scenarios !== undefined) {
       const sp = join(p, 'scenarios');
       if (o.scenarios === null || typeof o.scenarios !== 'object' || Array.isArray(o.scenarios)) {
-        this.fail(sp, `expected a mapping of scenario name to interval (or ${EVERY_CYCLE}) such as {overlimit-handoff: 1h}, or ${EVERY_CYCLE} for every scenario every cycle, got ${describe(o.scenarios)}`);
+        this.fail(sp, `expected a mapping of scenario name to interval or ${EVERY_CYCLE}, such as {overlimit-handoff: 1h}, or ${EVERY_CYCLE} for every scenario every cycle, got ${describe(o.scenarios)}`);
       } else {
         for (const [name, d] of Object.entries(o.scenarios as Obj)) {
           if (!this.known.has(name)) { this.fail(join(sp, name), `unknown scenario${didYouMean(name, [...this.known])}; known: ${[...this.known].join(', ')}`); continue; }

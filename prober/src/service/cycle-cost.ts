@@ -12,7 +12,7 @@
 import type { ProbeTuning } from '../probe/scenarios/context.js';
 import { limitProbes } from '../probe/scenarios/overlimit-handoff.js';
 import type { ScheduleConfig } from './config.js';
-import { runsOver } from './scenario-schedule.js';
+import { runsOver, tiersOf } from './scenario-schedule.js';
 
 export interface AdvertisedSizes {
   contextTokens?: number;
@@ -118,7 +118,7 @@ export function budgetWarning(
   }
   const hour = busiestHourFloor(target.scenarios, target.schedule, sizes, target.tuning);
   if (hour.tokens <= limit) return undefined;
-  const tiers = target.schedule.scenarioIntervalsMs === undefined ? 'every scenario every cycle' : 'with its cost tiers';
+  const tiers = tiersOf(target).length === 0 ? 'every scenario every cycle' : 'with its cost tiers';
   return (
     `${target.name}: budget.tokens_per_hour ${limit} cannot fit the busiest hour of its schedule (${tiers}: ` +
     `at least ${hour.tokens} tokens ${where}${unpriced(hour.unknown)}): cycles will be skipped (reason budget); ` +
