@@ -117,7 +117,7 @@ export async function runServeOverhead(opts: ServeOverheadOptions): Promise<Serv
       `listen: 127.0.0.1:0`,
       `store: { path: ${join(dir, 'serve.sqlite')}, retention: 1h }`,
       `log: { level: warn }`,
-      `schedule: { interval: ${intervalS}s, timeout: ${intervalS - 5}s, jitter: 10s }`,
+      `schedule: { interval: ${intervalS}s, timeout: ${intervalS - 5}s, jitter: 10s, scenarios: every_cycle }`, // the overhead of every scenario every cycle, not of the cost tiers
       `budget: { tokens_per_hour: 100000000000 }`,
       `targets:`,
       ...names.map((n, i) => `  - { name: ${n}, base_url: "${engines[i % engines.length]!.url}" }`),

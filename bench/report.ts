@@ -7,6 +7,8 @@ import type { MatrixCell, MatrixResult } from './detection.js';
 import type { ComponentRun } from './components.js';
 import type { CopyFidelityResult, FidelityRow } from './copy-fidelity.js';
 import { DETECTION_GOAL, type CostResult, type PlanterPoint } from './cost.js';
+import { defaultSchedule, everyCycleSchedule, scheduleCost } from './schedule-cost.js';
+import { formatDuration } from '../prober/src/service/config.js';
 import type { FalsePositiveResult } from './false-positives.js';
 import type { LoadResult, LoadSweep } from './load.js';
 import type { BenchOptions } from './options.js';
@@ -498,12 +500,15 @@ a fresh engine first gave one away, and section 2 shows how other traffic erodes
 ${table(['planted tokens per cycle', 'marker p (95% CI)', 'marker first', 'rejection p (95% CI)', 'either p (95% CI)', 'tokens sent / billed per cycle'], searchRows)}
 
 ${smallest}`);
+  const tiers = scheduleCost(defaultSchedule(), c.projection);
+  const runsPerDay = new Map(tiers.rows.map((x) => [x.scenario, x.runsPerDay]));
   const projRows = c.projection.map((p) => [
     p.scenario,
     ...p.at.map((a) => `${int(a.sentPerCycle)} / ${int(a.billedPerCycle)}`),
     `**${int(p.projectedSent)} / ${int(p.projectedBilled)}**`,
-    int(p.projectedSent * 12),
+    runsPerDay.has(p.scenario) ? `${int(p.projectedSent * runsPerDay.get(p.scenario)!)} (${runsPerDay.get(p.scenario)} runs)` : '–',
   ]);
+  const everyCycle = scheduleCost(everyCycleSchedule(), c.projection);
   const scales = c.projection[0]?.at.map((a) => `1/${a.scale}`) ?? [];
   const total = c.projection.reduce((a, p) => a + p.projectedSent, 0);
   parts.push(`### Projected to a full-scale endpoint (1,048,576-token context)
@@ -511,11 +516,11 @@ ${smallest}`);
 **How to read it.** The prober sizes every prompt from what the endpoint advertises, so tokens per cycle are
 a + b/scale; the two measured scales fix a and b, and scale 1 is the projection (both measured points are
 shown so the fit can be checked). Tokens are sent / billed per cycle; the last column is prompt tokens sent
-per hour for one cycle of that scenario every 5 minutes (the \`serve\` default interval).
+per day on \`serve\`'s default schedule (its cost tiers on ${formatDuration(tiers.intervalMs)} cycles, bench/schedule-cost.ts): runs a day × tokens per run.
 
-${table(['scenario', ...scales.map((s) => `${s}: sent / billed`), 'full scale: sent / billed', 'sent per hour at 5 min'], projRows)}
+${table(['scenario', ...scales.map((s) => `${s}: sent / billed`), 'full scale: sent / billed', 'sent per day, default schedule'], projRows)}
 
-All scenarios together: about **${int(total)} prompt tokens sent per full-scale cycle** (${int(total * 12)} per hour at a 5-minute interval).`);
+All scenarios together: about **${int(total)} prompt tokens sent per full-scale cycle**. A day of the default schedule: about **${int(tiers.sentPerDay)}** prompt tokens sent; of every scenario every cycle (\`schedule.scenarios: every_cycle\`): ${int(everyCycle.sentPerDay)}.${tiers.unmeasured.length > 0 ? ` Not projected (counted as 0): ${tiers.unmeasured.join(', ')}.` : ''}`);
   return parts.join('\n\n');
 }
 

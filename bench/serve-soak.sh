@@ -34,7 +34,7 @@ REMEDIATED=$(engine_url "$WORK/remediated.log")
 cat >"$WORK/soak.yaml" <<EOF
 listen: 127.0.0.1:0
 store: { path: $WORK/soak.sqlite, retention: 1d }
-schedule: { interval: 30s, timeout: 25s, jitter: 2s }
+schedule: { interval: 30s, timeout: 25s, jitter: 2s, scenarios: every_cycle }
 budget: { tokens_per_hour: 50000000 }
 concurrency: { global: 2, per_target: 1 }
 log: { level: warn }

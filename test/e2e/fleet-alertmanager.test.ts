@@ -99,7 +99,7 @@ store:
   path: ${join(dir, 'shard-{shard}.sqlite')}
   retention: 1d
 log: { level: warn }
-schedule: { interval: 5s, timeout: 4s, jitter: 500ms }
+schedule: { interval: 5s, timeout: 4s, jitter: 500ms, scenarios: every_cycle }
 concurrency: { global: 2, per_target: 1 }
 scenarios: [overlimit-handoff]
 targets:

@@ -35,7 +35,7 @@ describe('serve + real Prometheus + dashboards + alerts', () => {
       config,
       `store: { path: ${join(dir, 'evidence.sqlite')}, retention: 1d }
 log: { level: warn }
-schedule: { interval: 6s, timeout: 5s, jitter: 500ms }
+schedule: { interval: 6s, timeout: 5s, jitter: 500ms, scenarios: every_cycle }
 concurrency: { global: 2, per_target: 1 }
 targets:
   - name: incident

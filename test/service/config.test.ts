@@ -6,6 +6,8 @@ import { ConfigError, configSecrets, formatDuration, loadConfig, parseConfig, pa
 
 const KNOWN = ['overlimit-handoff', 'abort-race', 'capacity-audit', 'prefix-isolation'];
 const ENV = { PROD_KEY: 'sk-prod-0123456789abcdef', KEY_A: 'key-a-value-123456', KEY_B: 'key-b-value-654321' };
+/** DEFAULT_SCENARIO_INTERVALS for the scenarios in KNOWN. */
+const DEFAULT_TIERS = { 'overlimit-handoff': 3_600_000, 'abort-race': 3_600_000, 'prefix-isolation': 3_600_000 };
 const opts: ParseConfigOptions = { env: ENV, knownScenarios: KNOWN, defaultScenarios: KNOWN.slice(0, 3), baseDir: '/srv/kvc' };
 
 function issuesOf(text: string, o: ParseConfigOptions = opts): { path: string; message: string }[] {
@@ -53,13 +55,13 @@ describe('parseConfig', () => {
       headers: { 'X-Org': 'abc', 'X-Api-Key': 'hdr-secret-value-42' },
       tenants: [{ name: 'a', apiKeyEnv: 'KEY_A' }, { name: 'b', apiKeyEnv: 'KEY_B', cacheSalt: 's2' }],
       // Only the interval was overridden: timeout and jitter come from the top level.
-      schedule: { intervalMs: 600_000, timeoutMs: 120_000, jitterMs: 30_000 },
+      schedule: { intervalMs: 600_000, timeoutMs: 120_000, jitterMs: 30_000, scenarioIntervalsMs: DEFAULT_TIERS },
       budget: { tokensPerHour: 500_000 },
       scenarios: ['abort-race'],
     });
     expect(staging).toEqual({
       name: 'staging', baseUrl: 'http://10.0.0.5:30000', headers: {}, tenants: [],
-      schedule: { intervalMs: 300_000, timeoutMs: 120_000, jitterMs: 30_000 },
+      schedule: { intervalMs: 300_000, timeoutMs: 120_000, jitterMs: 30_000, scenarioIntervalsMs: DEFAULT_TIERS },
       budget: { tokensPerHour: 1_000_000 },
       scenarios: ['overlimit-handoff', 'capacity-audit'],
     });
@@ -96,7 +98,8 @@ targets:
     const c = parseConfig('targets: [{ name: t, base_url: "http://127.0.0.1:1" }]', opts);
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 9464 });
     expect(c.store).toEqual({ path: '/srv/kvc/kvcanary.sqlite', retentionMs: 7 * 86_400_000 });
-    expect(c.schedule).toEqual({ intervalMs: 300_000, timeoutMs: 120_000, jitterMs: 30_000 });
+    // The default cost tiers of the known scenarios (DEFAULT_SCENARIO_INTERVALS): serve's schedule unless the config says otherwise.
+    expect(c.schedule).toEqual({ intervalMs: 300_000, timeoutMs: 120_000, jitterMs: 30_000, scenarioIntervalsMs: DEFAULT_TIERS });
     expect(c.budget).toEqual({ tokensPerHour: 2_000_000 });
     expect(c.concurrency).toEqual({ global: 4, perTarget: 2 });
     expect(c.scenarios).toEqual(['overlimit-handoff', 'abort-race', 'capacity-audit']);

@@ -21,9 +21,31 @@ describe('cycle cost floor', () => {
     // overlimit-handoff: the pool planted plus one prompt 2% over the context; abort-race: 29 windows of a planter and its readers.
     expect(floor.tokens).toBe(16640 + Math.ceil(16384 * 1.02) + 29 * 2 * (4096 + 48));
     expect(cycleCostFloor(['overlimit-handoff', 'abort-race'], {}).unknown).toEqual(['overlimit-handoff', 'abort-race']);
-    const target = { name: 'prod', scenarios: ['abort-race'], budget: { tokensPerHour: 100_000 } };
+    const target = { name: 'prod', scenarios: ['abort-race'], budget: { tokensPerHour: 100_000 }, schedule: { intervalMs: 300_000, scenarioIntervalsMs: { 'abort-race': 3_600_000 } } };
     expect(budgetWarning(target, sizes, 'at the advertised size')).toMatch(/prod: budget\.tokens_per_hour 100000 cannot fit one cycle of abort-race \(at least 240352 tokens/);
     expect(budgetWarning({ ...target, budget: { tokensPerHour: 2_000_000 } }, sizes, 'x')).toBeUndefined();
+  });
+
+  it('prices overlimit-rejection as its must-reject prompts: between the pool and the context, and beyond the context', () => {
+    const sizes = { contextTokens: 16384, poolTokens: 8192 };
+    const margin = Math.ceil(16384 * 0.02);
+    const between = Math.floor((8192 + margin + 16384 - 48 - margin) / 2);
+    expect(cycleCostFloor(['overlimit-rejection'], sizes).tokens).toBe(between + 16384 + margin);
+    expect(cycleCostFloor(['overlimit-rejection'], {}).unknown).toEqual(['overlimit-rejection']);
+  });
+
+  it('compares the budget with the busiest hour of the tiered schedule, not with one cycle times the cycles of an hour', () => {
+    const sizes = { contextTokens: 16384, poolTokens: 16640 };
+    const raceCycle = 29 * 2 * (4096 + 48);
+    const base = { name: 'prod', scenarios: ['capacity-audit', 'abort-race'], budget: { tokensPerHour: 900_000 } };
+    // Hourly: one race cycle an hour fits 900k; every 5 minutes, twelve do not.
+    const tiered = { ...base, schedule: { intervalMs: 300_000, scenarioIntervalsMs: { 'abort-race': 3_600_000 } } };
+    expect(budgetWarning(tiered, sizes, 'x')).toBeUndefined();
+    const everyCycle = { ...base, schedule: { intervalMs: 300_000 } };
+    expect(budgetWarning(everyCycle, sizes, 'x')).toMatch(new RegExp(`cannot fit the busiest hour of its schedule \\(every scenario every cycle: at least ${12 * raceCycle} tokens x\\)`));
+    // Every 15 minutes: four in the busiest hour.
+    const quarter = { ...base, schedule: { intervalMs: 300_000, scenarioIntervalsMs: { 'abort-race': 900_000 } } };
+    expect(budgetWarning(quarter, sizes, 'x')).toMatch(new RegExp(`with its cost tiers: at least ${4 * raceCycle} tokens`));
   });
 
   it('check-config warns from the config alone (stated planter size), still valid', async () => {

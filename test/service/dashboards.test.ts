@@ -46,6 +46,7 @@ const AGREED_METRICS = {
   kvcanary_target_up: 'gauge',
   kvcanary_runs_skipped_total: 'counter',
   kvcanary_budget_tokens_remaining: 'gauge',
+  kvcanary_scenario_interval_seconds: 'gauge',
 } as const;
 
 type Panel = Record<string, unknown>;
@@ -283,7 +284,8 @@ describe('provisioning', () => {
 // End to end: prom-client exporter → real Prometheus → every dashboard query and rule expression.
 
 type Outcome = 'pass' | 'fail' | 'inconclusive';
-interface FixtureScenario { outcome: Outcome; findings?: { kind: string; severity: string }[]; stale?: boolean }
+/** `hourly`: on a 1h cost tier, last run 50 minutes ago (between its runs: not stale). */
+interface FixtureScenario { outcome: Outcome; findings?: { kind: string; severity: string }[]; stale?: boolean; hourly?: boolean }
 interface FixtureTarget { up: boolean; pool?: number; context?: number; scenarios: Record<string, FixtureScenario>; skipped?: string }
 
 /** What the exporter claims; the assertions below are derived from this, not restated. */
@@ -299,7 +301,7 @@ const FIXTURE: Record<string, FixtureTarget> = {
   },
   remediated: {
     up: true, pool: 2_040_000, context: 1_048_576, skipped: 'budget',
-    scenarios: { 'overlimit-handoff': { outcome: 'pass' }, 'capacity-audit': { outcome: 'pass' }, 'abort-race': { outcome: 'pass' } },
+    scenarios: { 'overlimit-handoff': { outcome: 'pass', hourly: true }, 'capacity-audit': { outcome: 'pass' }, 'abort-race': { outcome: 'pass' } },
   },
   unreachable: {
     up: false, skipped: 'overlap',
@@ -334,6 +336,7 @@ async function startFixtureExporter(): Promise<{ url: string; hostPort: string; 
   const up = new Gauge({ name: 'kvcanary_target_up', help: 'Whether the last cycle reached the endpoint', labelNames: ['target'], registers: [registry] });
   const skipped = new Counter({ name: 'kvcanary_runs_skipped_total', help: 'Scheduled runs not started', labelNames: ['target', 'reason'], registers: [registry] });
   const budget = new Gauge({ name: 'kvcanary_budget_tokens_remaining', help: 'Tokens left in the hourly budget', labelNames: ['target'], registers: [registry] });
+  const interval = new Gauge({ name: 'kvcanary_scenario_interval_seconds', help: 'How often the scenario is due', labelNames: ['target', 'scenario'], registers: [registry] });
 
   const spent = new Map<string, number>();
   const streaks = new Map<string, number>();
@@ -346,6 +349,12 @@ async function startFixtureExporter(): Promise<{ url: string; hostPort: string; 
       if (t.skipped) skipped.inc({ target, reason: t.skipped });
       const outcomes: Outcome[] = [];
       for (const [scenario, s] of Object.entries(t.scenarios)) {
+        interval.set({ target, scenario }, s.hourly ? 3600 : 300);
+        if (s.hourly) {
+          lastRun.set({ target, scenario }, now - 3000);
+          for (const o of ['pass', 'fail', 'inconclusive'] as const) lastOutcome.set({ target, scenario, outcome: o }, o === s.outcome ? 1 : 0);
+          continue;
+        }
         if (s.stale) {
           // Last ran an hour ago, at the start of a long inconclusive streak; nothing since.
           lastRun.set({ target, scenario }, now - 3600);

@@ -1,7 +1,7 @@
 import { Registry, register as globalRegistry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { makeFinding } from '../../prober/src/probe/findings.js';
-import { createMetrics, forgetTarget, initTargetMetrics, observeRun, roleLabel, seedScenarioState } from '../../prober/src/service/metrics.js';
+import { createMetrics, forgetTarget, initTargetMetrics, observeRun, observeSchedules, roleLabel, seedScenarioState } from '../../prober/src/service/metrics.js';
 import type { ProbeRun, ScenarioResult } from '../../prober/src/probe/result.js';
 
 /** The agreed list (dashboards and alert rules are written against exactly these). */
@@ -24,6 +24,7 @@ const AGREED = {
   kvcanary_target_up: 'gauge',
   kvcanary_runs_skipped_total: 'counter',
   kvcanary_budget_tokens_remaining: 'gauge',
+  kvcanary_scenario_interval_seconds: 'gauge',
 } as const;
 
 const MARKER = 'kvcanary-q3x8abcdefghijklmnopqrstuv';
@@ -62,6 +63,21 @@ describe('metrics', () => {
     const got = Object.fromEntries((await reg.getMetricsAsJSON()).map((m) => [m.name, m.type]));
     expect(got).toEqual(AGREED);
     expect((await globalRegistry.getMetricsAsJSON()).length).toBe(before);
+  });
+
+  it('exports how often each scenario is due (its cost tier, else the interval), for exactly the targets probed now', async () => {
+    const reg = new Registry();
+    const m = createMetrics(reg);
+    const schedule = { intervalMs: 300_000, scenarioIntervalsMs: { 'abort-race': 3_600_000, 'overlimit-rejection': 60_000 } };
+    observeSchedules(m, [{ name: 'a', scenarios: ['capacity-audit', 'abort-race', 'overlimit-rejection'], schedule }, { name: 'b', scenarios: ['abort-race'], schedule }]);
+    expect(await sample(reg, 'kvcanary_scenario_interval_seconds', { target: 'a', scenario: 'capacity-audit' })).toBe(300);
+    expect(await sample(reg, 'kvcanary_scenario_interval_seconds', { target: 'a', scenario: 'abort-race' })).toBe(3600);
+    // A tier shorter than the cycle runs every cycle.
+    expect(await sample(reg, 'kvcanary_scenario_interval_seconds', { target: 'a', scenario: 'overlimit-rejection' })).toBe(300);
+    observeSchedules(m, [{ name: 'a', scenarios: ['abort-race'], schedule: { intervalMs: 600_000 } }]);
+    expect(await sample(reg, 'kvcanary_scenario_interval_seconds', { target: 'a', scenario: 'abort-race' })).toBe(600);
+    expect(await sample(reg, 'kvcanary_scenario_interval_seconds', { target: 'b', scenario: 'abort-race' })).toBeUndefined();
+    expect(await sample(reg, 'kvcanary_scenario_interval_seconds', { target: 'a', scenario: 'capacity-audit' })).toBeUndefined();
   });
 
   it('starts configured targets and scenarios at 0, and leaves facts absent until known', async () => {

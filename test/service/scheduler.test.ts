@@ -15,8 +15,9 @@ const T0 = Date.parse('2026-03-01T00:00:00Z');
 const S = 1000;
 const M = 60 * S;
 
+/** No default cost tiers: these tests drive the loop with every scenario every cycle (tiers: scenario-schedule.test.ts). */
 function config(yaml: string): ServiceConfig {
-  return parseConfig(yaml, { knownScenarios: KNOWN, env: {} });
+  return parseConfig(yaml, { knownScenarios: KNOWN, env: {}, defaultScenarioIntervals: {} });
 }
 
 function result(name: string, outcome: Outcome, extra: Partial<ScenarioResult> = {}): ScenarioResult {

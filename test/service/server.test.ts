@@ -244,9 +244,13 @@ ${extra}`;
     expect(metrics).toContain('kvcanary_last_run_outcome{target="incident",scenario="capacity-audit",outcome="pass"} 1');
     expect(metrics).toContain('kvcanary_target_up{target="incident"} 1');
 
-    svc.reload(parseConfig(yaml(storePath, '  - { name: second, base_url: "http://127.0.0.1:10" }').replace('jitter: 0s', 'jitter: 59m'), { knownScenarios: KNOWN, env }));
+    svc.reload(parseConfig(yaml(storePath, '  - { name: second, base_url: "http://127.0.0.1:10", schedule: { interval: 10m, jitter: 5m } }').replace('jitter: 0s', 'jitter: 59m'), { knownScenarios: KNOWN, env }));
     const health = await (await fetch(`${svc.url}healthz`)).json() as HealthReport;
     expect(health.loops.map((l) => l.target)).toEqual(['incident', 'second']);
+    // How often each scenario is due, for the staleness alert: the default hourly tier of overlimit-handoff, the cycle for the audit.
+    const intervals = await (await fetch(`${svc.url}metrics`)).text();
+    expect(intervals).toContain('kvcanary_scenario_interval_seconds{target="second",scenario="overlimit-handoff"} 3600');
+    expect(intervals).toContain('kvcanary_scenario_interval_seconds{target="second",scenario="capacity-audit"} 600');
     expect(await (await fetch(`${svc.url}metrics`)).text()).toContain('kvcanary_probe_runs_total{target="second",scenario="capacity-audit",outcome="pass"} 0');
   });
 

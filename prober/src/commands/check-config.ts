@@ -1,6 +1,7 @@
 /** `kvcanary check-config FILE`: validate a serve config without running anything. Exit 0 valid, 64 not. */
 import { EXIT } from '../exit-codes.js';
-import { ConfigError, formatDuration, loadConfig } from '../service/config.js';
+import { ConfigError, formatDuration, loadConfig, type TargetConfig } from '../service/config.js';
+import { tiersOf } from '../service/scenario-schedule.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { describeSource } from '../service/discovery/spec.js';
 import { budgetWarning } from '../service/cycle-cost.js';
@@ -23,11 +24,11 @@ export async function checkConfigMain(args: string[]): Promise<number> {
     // Checks that each api_key_env is named, not that it is set here: serve and run check that.
     const config = await loadConfig(args[0]!, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
     const lines = config.targets.map(
-      (t) => `  ${t.name}: ${t.baseUrl} every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}${t.deadlineMs !== undefined ? `, deadline ${formatDuration(t.deadlineMs)}` : ''}), scenarios ${t.scenarios.join(', ')}${tiers(t.schedule.scenarioIntervalsMs, t.scenarios)}`,
+      (t) => `  ${t.name}: ${t.baseUrl} every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}${t.deadlineMs !== undefined ? `, deadline ${formatDuration(t.deadlineMs)}` : ''}), scenarios ${t.scenarios.join(', ')}${tiers(t)}`,
     );
     for (const d of config.discovery ?? []) {
       const t = d.template;
-      lines.push(`  ${t.name}/*: discovered by ${describeSource(d.spec.source)} (refresh ${formatDuration(d.spec.refreshMs)}, ${d.spec.scheme}://HOST:PORT${d.spec.pathPrefix}) every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}), scenarios ${t.scenarios.join(', ')}${tiers(t.schedule.scenarioIntervalsMs, t.scenarios)}`);
+      lines.push(`  ${t.name}/*: discovered by ${describeSource(d.spec.source)} (refresh ${formatDuration(d.spec.refreshMs)}, ${d.spec.scheme}://HOST:PORT${d.spec.pathPrefix}) every ${formatDuration(t.schedule.intervalMs)} (timeout ${formatDuration(t.schedule.timeoutMs)}), scenarios ${t.scenarios.join(', ')}${tiers(t)}`);
     }
     const discovered = (config.discovery ?? []).length;
     process.stdout.write(`${args[0]}: valid, ${config.targets.length} target(s)${discovered > 0 ? ` and ${discovered} discovery entr${discovered === 1 ? 'y' : 'ies'}` : ''}\n${lines.join('\n')}\n`);
@@ -46,7 +47,8 @@ export async function checkConfigMain(args: string[]): Promise<number> {
   }
 }
 
-function tiers(every: Record<string, number> | undefined, scenarios: readonly string[]): string {
-  const listed = Object.entries(every ?? {}).filter(([s]) => scenarios.includes(s));
-  return listed.length === 0 ? '' : `; less often: ${listed.map(([s, ms]) => `${s} every ${formatDuration(ms)}`).join(', ')}`;
+/** The effective cost tiers (defaults merged with the config): what serve will run less often than every cycle. */
+function tiers(t: TargetConfig): string {
+  const listed = tiersOf(t);
+  return listed.length === 0 ? '; every scenario every cycle (no cost tiers)' : `; less often: ${listed.map(([s, ms]) => `${s} every ${formatDuration(ms)}`).join(', ')}`;
 }

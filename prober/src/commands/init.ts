@@ -5,7 +5,7 @@
 import { existsSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
-import { AFFORDABLE_SCENARIO_INTERVALS } from '../service/scenario-schedule.js';
+import { DEFAULT_SCENARIO_INTERVALS } from '../service/scenario-schedule.js';
 
 const USAGE = `usage: kvcanary init [FILE] [--force]
 
@@ -13,7 +13,7 @@ const USAGE = `usage: kvcanary init [FILE] [--force]
   --force  overwrite FILE if it exists`;
 
 export function exampleConfig(): string {
-  const tiers = Object.entries(AFFORDABLE_SCENARIO_INTERVALS).map(([s, d]) => `    ${s}: ${d}`).join('\n');
+  const tiers = Object.entries(DEFAULT_SCENARIO_INTERVALS).map(([s, d]) => `    ${s}: ${d}`).join('\n');
   return `# kvcanary serve config: \`kvcanary check-config kvcanary.yaml\`, then \`kvcanary serve --config kvcanary.yaml\`.
 # Every key is optional unless marked required; the values shown are the defaults unless noted.
 # Reload without a restart: SIGHUP (a bad new config keeps the old one and logs why).
@@ -29,9 +29,11 @@ schedule:
   interval: 5m                    # a cycle of every target this often
   timeout: 2m                     # a cycle still running after this is aborted (inconclusive); below interval
   jitter: 30s
-  scenarios:                      # cost tiers: these run only once per interval; the others every cycle.
+  # Cost tiers (the defaults): each scenario listed runs once per its interval, the others (capacity-audit,
+  # which sends no prompts) every cycle. A key given overrides its default; \`NAME: every_cycle\` drops one
+  # tier, \`scenarios: every_cycle\` all of them: every scenario every cycle (see the README's Token cost).
+  scenarios:
 ${tiers}
-    # (not listed: capacity-audit, which sends no prompts, runs every cycle)
 
 budget:
   tokens_per_hour: 2000000        # per target; a cycle that would not fit is skipped and counted

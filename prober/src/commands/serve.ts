@@ -174,7 +174,7 @@ async function embeddedDemo(): Promise<{ engines: Array<{ close(): Promise<void>
   const yaml = `# embedded demo: the bundled engine, incident and remediated presets at 1/64 scale
 listen: 127.0.0.1:9464
 store: { path: ./.kvcanary/demo.sqlite, retention: 1d }
-schedule: { interval: 30s, timeout: 25s, jitter: 2s }
+schedule: { interval: 30s, timeout: 25s, jitter: 2s, scenarios: every_cycle }   # local engines: no cost tiers
 budget: { tokens_per_hour: 50000000 }
 concurrency: { global: 2, per_target: 1 }
 targets:

@@ -17,6 +17,10 @@
  *     interval: 5m                  # time between the starts of two probe cycles of one target
  *     timeout: 2m                   # a cycle still running after this is aborted and recorded inconclusive; < interval
  *     jitter: 30s                   # random extra delay in [0, jitter) before each cycle (and the first); < interval
+ *     scenarios:                    # cost tiers: a scenario given an interval (>= interval) runs once per it, the
+ *       overlimit-rejection: 15m    # others every cycle. Default: DEFAULT_SCENARIO_INTERVALS (scenario-schedule.ts);
+ *       overlimit-handoff: 1h       # a key given here overrides its default (a target's, the top level's).
+ *       prefix-churn: every_cycle   # `every_cycle` drops one scenario's tier; `scenarios: every_cycle` drops them all
  *   budget:
  *     tokens_per_hour: 2000000      # per target, over a sliding hour; a cycle that cannot fit is skipped and counted
  *   concurrency:
@@ -69,6 +73,7 @@ import { DEFAULT_SHUTDOWN_GRACE_MS, MAX_CONFIG_BYTES, MAX_REQUEST_TIMEOUT_MS, MA
 import { describeValue } from '../shown-value.js';
 import { targetSecrets } from '../probe/redactor.js';
 import { parseDiscover, type DiscoverSpec } from './discovery/spec.js';
+import { DEFAULT_SCENARIO_INTERVALS, EVERY_CYCLE } from './scenario-schedule.js';
 import { parseSilence, type Silence } from './silences.js';
 import type { KeyFiles } from './key-files.js';
 import { accessSync, constants as fsConstants, statSync } from 'node:fs';
@@ -80,7 +85,10 @@ export interface ScheduleConfig {
   intervalMs: number;
   timeoutMs: number;
   jitterMs: number;
-  /** `schedule.scenarios`: scenarios that run less often than every cycle (scenario-schedule.ts). */
+  /**
+   * The effective `schedule.scenarios`: the default tiers overridden by the config, key by key (scenario-schedule.ts).
+   * Absent when every scenario runs every cycle.
+   */
   scenarioIntervalsMs?: Record<string, number>;
 }
 
@@ -177,6 +185,8 @@ export interface ParseConfigOptions {
   knownScenarios: readonly string[];
   /** Scenarios run when the config names none. @default knownScenarios */
   defaultScenarios?: readonly string[];
+  /** Cost tiers where the config gives none; scenarios not in knownScenarios are ignored. @default DEFAULT_SCENARIO_INTERVALS */
+  defaultScenarioIntervals?: Readonly<Record<string, string>>;
   /** Relative store paths resolve against this. @default process.cwd() (loadConfig: the file's directory) */
   baseDir?: string;
 }
@@ -474,21 +484,39 @@ class Validator {
       this.fail(join(p, 'jitter'), `expected a jitter below the interval (${shown('interval', intervalMs)}), got ${shown('jitter', jitterMs)}`);
     }
     const out: ScheduleConfig = { intervalMs, timeoutMs, jitterMs };
-    const perScenario = { ...base?.scenarioIntervalsMs };
-    if (o.scenarios !== undefined) {
+    // The top level starts from the default tiers, a target from the top level's: a map given here overrides
+    // key by key, so naming one scenario does not silently drop the others' tiers.
+    const perScenario = base === undefined ? this.defaultTiers() : { ...base.scenarioIntervalsMs };
+    if (o.scenarios === EVERY_CYCLE) {
+      for (const name of Object.keys(perScenario)) delete perScenario[name];
+    } else if (o.scenarios !== undefined) {
       const sp = join(p, 'scenarios');
       if (o.scenarios === null || typeof o.scenarios !== 'object' || Array.isArray(o.scenarios)) {
-        this.fail(sp, `expected a mapping of scenario name to interval such as {overlimit-handoff: 1h}, got ${describe(o.scenarios)}`);
+        this.fail(sp, `expected a mapping of scenario name to interval or ${EVERY_CYCLE}, such as {overlimit-handoff: 1h}, or ${EVERY_CYCLE} for every scenario every cycle, got ${describe(o.scenarios)}`);
       } else {
         for (const [name, d] of Object.entries(o.scenarios as Obj)) {
           if (!this.known.has(name)) { this.fail(join(sp, name), `unknown scenario${didYouMean(name, [...this.known])}; known: ${[...this.known].join(', ')}`); continue; }
-          const ms = this.duration(d, join(sp, name), intervalMs);
-          if (ms !== undefined) perScenario[name] = ms;
+          if (d === EVERY_CYCLE) { delete perScenario[name]; continue; }
+          const ms = typeof d === 'string' ? parseDuration(d) : undefined;
+          if (ms === undefined) { this.fail(join(sp, name), `expected a duration like 15m, 1h or 6h, or ${EVERY_CYCLE}, got ${describe(d)}`); continue; }
+          const checked = this.duration(d, join(sp, name), intervalMs);
+          if (checked !== undefined) perScenario[name] = checked;
         }
       }
     }
     if (Object.keys(perScenario).length > 0) out.scenarioIntervalsMs = perScenario;
     return this.issues.length === before ? out : undefined;
+  }
+
+  /** The default tiers (ParseConfigOptions.defaultScenarioIntervals) of the known scenarios, in ms. */
+  private defaultTiers(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const [name, d] of Object.entries(this.opts.defaultScenarioIntervals ?? DEFAULT_SCENARIO_INTERVALS)) {
+      const ms = parseDuration(d);
+      if (ms === undefined) throw new Error(`default interval of ${name} is not a duration: ${d}`);
+      if (this.known.has(name)) out[name] = ms;
+    }
+    return out;
   }
 
   private budget(value: unknown, p: string): BudgetConfig | undefined {

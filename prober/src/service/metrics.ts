@@ -53,6 +53,8 @@ export interface Metrics {
   targetUp: Gauge<'target'>;
   runsSkipped: Counter<'target' | 'reason'>;
   budgetRemaining: Gauge<'target'>;
+  /** How often each scenario is due (its cost tier, else the cycle interval): what "stale" is measured against. */
+  scenarioInterval: Gauge<'target' | 'scenario'>;
   /** Consecutive inconclusive runs per target/scenario (the gauge's source of truth). */
   streaks: Map<string, number>;
 }
@@ -78,6 +80,7 @@ export function createMetrics(registry: Registry): Metrics {
     targetUp: new Gauge({ name: 'kvcanary_target_up', help: '1 if the last probe cycle reached the endpoint, else 0.', labelNames: ['target'], registers }),
     runsSkipped: new Counter({ name: 'kvcanary_runs_skipped_total', help: 'Scheduled runs not started, by reason (budget, overlap, shutdown).', labelNames: ['target', 'reason'], registers }),
     budgetRemaining: new Gauge({ name: 'kvcanary_budget_tokens_remaining', help: 'Tokens left in the target\'s current hourly budget.', labelNames: ['target'], registers }),
+    scenarioInterval: new Gauge({ name: 'kvcanary_scenario_interval_seconds', help: 'How often the scenario is due against the target: its cost tier (schedule.scenarios) or else the cycle interval.', labelNames: ['target', 'scenario'], registers }),
     streaks: new Map(),
   };
 }
@@ -99,6 +102,20 @@ export function initTargetMetrics(m: Metrics, target: string, scenarios: readonl
       m.streaks.set(k, 0);
       m.inconclusiveStreak.set({ target, scenario }, 0);
       for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target, scenario, outcome: outcomeLabel(outcome) }, 0);
+    }
+  }
+}
+
+/**
+ * Sets kvcanary_scenario_interval_seconds for exactly these targets (the ones this replica probes now), so the
+ * staleness alert waits three tiers for an hourly scenario rather than paging between its runs.
+ */
+export function observeSchedules(m: Metrics, targets: readonly { name: string; scenarios: readonly string[]; schedule: { intervalMs: number; scenarioIntervalsMs?: Record<string, number> } }[]): void {
+  m.scenarioInterval.reset();
+  for (const t of targets) {
+    for (const scenario of t.scenarios) {
+      const tier = t.schedule.scenarioIntervalsMs?.[scenario] ?? 0;
+      m.scenarioInterval.set({ target: t.name, scenario }, Math.max(t.schedule.intervalMs, tier) / 1000);
     }
   }
 }

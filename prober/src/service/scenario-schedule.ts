@@ -1,19 +1,22 @@
 /**
  * Cost tiers: which of a target's scenarios a cycle runs.
  *
- * A target's cycle comes every `schedule.interval`; a scenario listed in `schedule.scenarios` with a longer
- * interval runs only in the cycles where that much time has passed since it last started (within half a
- * cycle, so a 1h scenario on a 5m grid runs every 12th cycle, not every 13th). Scenarios not listed run every
- * cycle. The first cycle after start runs whatever has not run within its interval according to the store.
+ * A target's cycle comes every `schedule.interval`; a scenario with a longer interval in the effective
+ * `schedule.scenarios` (the defaults below, overridden key by key by the config) runs only in the cycles
+ * where that much time has passed since it last started (within half a cycle, so a 1h scenario on a 5m grid
+ * runs every 12th cycle, not every 13th). Scenarios without one run every cycle. The first cycle after start
+ * runs whatever has not run within its interval according to the store: on an empty store, every scenario.
  */
-import type { TargetConfig } from './config.js';
+import type { ScheduleConfig } from './config.js';
 
 /**
- * The schedule `kvcanary init` writes and the README costs: the capacity audit (no prompts) every cycle, the
- * rejection signal (overlimit-rejection: over-limit prompts only, no planting) every 15 minutes, the planted
- * and racing scenarios hourly, the prefix-cache scenarios that plant the whole pool every six hours.
+ * The tiers `serve` uses unless the config says otherwise (`schedule.scenarios` overrides them key by key;
+ * `every_cycle` turns one or all of them off): the capacity audit (no prompts) every cycle, the rejection
+ * signal (overlimit-rejection: over-limit prompts only, no planting) every 15 minutes, the planted and
+ * racing scenarios hourly, the prefix-cache scenarios that plant the whole pool every six hours. The README's
+ * token-cost figure is this table on the default interval (bench/schedule-cost.ts).
  */
-export const AFFORDABLE_SCENARIO_INTERVALS: Readonly<Record<string, string>> = {
+export const DEFAULT_SCENARIO_INTERVALS: Readonly<Record<string, string>> = {
   'overlimit-rejection': '15m',
   'overlimit-handoff': '1h',
   'abort-race': '1h',
@@ -23,7 +26,12 @@ export const AFFORDABLE_SCENARIO_INTERVALS: Readonly<Record<string, string>> = {
   'prefix-churn': '6h',
 };
 
-export function dueScenarios(target: TargetConfig, lastStarted: ReadonlyMap<string, number>, now: number): string[] {
+/** The `schedule.scenarios` value (for the whole map or one scenario) that means "every cycle". */
+export const EVERY_CYCLE = 'every_cycle';
+
+type Scheduled = { scenarios: readonly string[]; schedule: Pick<ScheduleConfig, 'intervalMs' | 'scenarioIntervalsMs'> };
+
+export function dueScenarios(target: Scheduled, lastStarted: ReadonlyMap<string, number>, now: number): string[] {
   const every = target.schedule.scenarioIntervalsMs ?? {};
   const slack = target.schedule.intervalMs / 2;
   return target.scenarios.filter((s) => {
@@ -31,4 +39,30 @@ export function dueScenarios(target: TargetConfig, lastStarted: ReadonlyMap<stri
     const last = lastStarted.get(s);
     return interval === undefined || interval <= target.schedule.intervalMs || last === undefined || now - last >= interval - slack;
   });
+}
+
+/** The scenarios that run less often than every cycle, with their intervals (what check-config prints). */
+export function tiersOf(target: Scheduled): [string, number][] {
+  const every = target.schedule.scenarioIntervalsMs ?? {};
+  return target.scenarios.flatMap((s): [string, number][] => {
+    const ms = every[s];
+    return ms !== undefined && ms > target.schedule.intervalMs ? [[s, ms]] : [];
+  });
+}
+
+/**
+ * How often each scenario runs in the first `spanMs` after start with no history: cycles exactly one
+ * interval apart (jitter only delays them), the selection dueScenarios makes. Over one hour this is the
+ * busiest hour (every tier is due in the first cycle); over a day, the daily schedule.
+ */
+export function runsOver(target: Scheduled, spanMs: number): Map<string, number> {
+  const runs = new Map<string, number>(target.scenarios.map((s) => [s, 0]));
+  const last = new Map<string, number>();
+  for (let t = 0; t < spanMs; t += target.schedule.intervalMs) {
+    for (const s of dueScenarios(target, last, t)) {
+      last.set(s, t);
+      runs.set(s, runs.get(s)! + 1);
+    }
+  }
+  return runs;
 }

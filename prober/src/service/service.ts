@@ -10,7 +10,7 @@ import { Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { configSecrets, type ServiceConfig } from './config.js';
 import { createLogger } from './logger.js';
-import { createMetrics, seedScenarioState, type Metrics } from './metrics.js';
+import { createMetrics, observeSchedules, seedScenarioState, type Metrics } from './metrics.js';
 import { registerBuildInfo } from './build-info.js';
 import type { ProbeFn } from '../probe/probe-fn.js';
 import type { ProbeRun } from '../probe/result.js';
@@ -114,6 +114,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
     const before = new Set(effective.targets.map((t) => t.name));
     effective = { ...config, targets: fleet.targets(config) };
     fleet.observe(effective.targets);
+    observeSchedules(metrics, effective.targets);
     if (scheduler === undefined) return;
     scheduler.reload(effective);
     const added = new Set(effective.targets.map((t) => t.name).filter((n) => !before.has(n)));
@@ -123,6 +124,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
     await fleet.start();
     effective = { ...config, targets: fleet.targets(config) };
     fleet.observe(effective.targets);
+    observeSchedules(metrics, effective.targets);
     const probe = withSilences(opts.probe ?? opts.createProbe({ store, logger, config: () => config, readKeyFile: (f) => keyFiles.read(f) }), () => activeSilences(store, config, clock.now(), logger), () => clock.now());
     const onRun = async (run: ProbeRun): Promise<void> => {
       fleet.noteCycle(Date.parse(run.finishedAt));
