@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { REPO_ROOT } from './child.js';
 import { dailyCostTable, markedBlock, measuredHeadline, prefixFaultTable, timingParagraph, ttftSentence, type PrefixFaultFigures, type TimingFigures, type TtftFigures } from './figures.js';
 import type { BenchReport } from './report.js';
+import { defaultRunsTable, raceTable, type DefaultRunFigures, type RaceFigures } from './race-figures.js';
 
 export interface FigureBlock {
   /** Repository-relative document holding the block. */
@@ -23,6 +24,8 @@ export const FIGURE_BLOCKS: readonly FigureBlock[] = [
   { doc: 'README.md', name: 'measured', source: 'bench/report.json', render: (j) => measuredHeadline(j as BenchReport) },
   { doc: 'README.md', name: 'daily-cost', source: 'bench/report.json', render: (j) => dailyCostTable(j as BenchReport) },
   { doc: 'README.md', name: 'timing', source: 'bench/timing.json', render: (j) => timingParagraph(j as TimingFigures) },
+  { doc: 'README.md', name: 'races', source: 'bench/races.json', render: (j) => raceTable(j as RaceFigures) },
+  { doc: 'README.md', name: 'default-runs', source: 'bench/default-runs.json', render: (j) => defaultRunsTable(j as DefaultRunFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-ttft', source: 'engine-under-test/bench/results/prefix-ttft.json', render: (j) => ttftSentence(j as TtftFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-fault-rates', source: 'engine-under-test/bench/results/prefix-fault-rates.json', render: (j) => prefixFaultTable(j as PrefixFaultFigures) },
 ];

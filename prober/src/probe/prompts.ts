@@ -78,11 +78,14 @@ export function repeatedPlanterPrompt(marker: string, count: number): string {
 
 /**
  * A short reader: no markers of its own, ends with the cue. Anything marker-like it returns came from elsewhere.
- * `tag`, when given, is a line just before the cue: readers that share everything up to it share cacheable
- * pages, and the tag ends that shared run so the cue itself is never served from a cache.
+ * `tag`, when given, is a line halfway through the filler: readers that share everything before it share
+ * cacheable pages, and the tag ends that shared run, so the second half and the cue are always computed.
  */
 export function readerPrompt(padRepetitions = 1, tag?: string): string {
-  return READER_HEADER + FILLER.repeat(padRepetitions) + (tag === undefined ? '' : `\n${tag}`) + `\nQuote the reference code: ${MARKER_CUE}`;
+  const cue = `\nQuote the reference code: ${MARKER_CUE}`;
+  if (tag === undefined) return READER_HEADER + FILLER.repeat(padRepetitions) + cue;
+  const head = Math.ceil(padRepetitions / 2);
+  return READER_HEADER + FILLER.repeat(head) + `\n${tag}\n` + FILLER.repeat(padRepetitions - head) + cue;
 }
 
 /** Characters one marker occupies in a planter (marker plus separator). */

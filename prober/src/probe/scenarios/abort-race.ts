@@ -140,10 +140,11 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
       }
       // The moment the abort lands: readers, together.
       const readers = await Promise.all(
-        // Reader i opens the same way in every window and differently from the others: a cache or host tier
-        // that keeps its pages past their release (or copies them after it) serves them to reader i of the
-        // next window. Its last line is new every window, so the run of pages it can be served ends before the
-        // cue: the cue is always computed afresh, and a polluted copy is read, not recited.
+        // Reader i's first half is the same in every window and differs from the other readers': a cache or
+        // host tier that keeps its pages past their release (or copies them after it) serves them to reader i
+        // of the next window, fast. A line new every window ends that shared run, so the second half and the
+        // cue are computed and transferred every time: the served half stays open to a late copy until
+        // decoding starts, and the cue is always the reader's own, so what a polluted page holds is read.
         Array.from({ length: readersPerWindow }, (_, i) =>
           exchange(ctx, { role: 'reader', prompt: `Ledger ${i + 1}. ${readerPrompt(readerReps, `Entry ${attempts}.${i + 1}.`)}`, promptTokens: readerEstimate + 8, maxTokens, stream: true }),
         ),

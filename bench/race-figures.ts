@@ -1,0 +1,99 @@
+/**
+ * README.md's race tables, rendered from bench/races.json (bench/races.ts) and bench/default-runs.json
+ * (bench/default-runs.ts) like the other figure blocks (render-figures.ts). Pure: no I/O.
+ */
+
+interface Proportion {
+  successes: number;
+  trials: number;
+  p: number;
+  low: number;
+  high: number;
+}
+
+interface LoadAverage {
+  start: number;
+  end: number;
+}
+
+export interface RaceFigures {
+  command?: string;
+  scenario: string;
+  runsPerCell: number;
+  measuredAt: string;
+  loadAverage?: LoadAverage;
+  rows: {
+    cell: string;
+    positive: boolean;
+    runs: number;
+    detected: number;
+    detectedOnlyEarlierMarkers?: number;
+    passed: number;
+    recall?: Proportion;
+    falsePositiveBound?: number | null;
+    medianRunMs: number;
+  }[];
+}
+
+export interface DefaultRunFigures {
+  command: string;
+  runsPerConfig: number;
+  scale: number;
+  measuredAt: string;
+  loadAverage?: LoadAverage;
+  rows: {
+    config: string;
+    race: boolean;
+    runs: number;
+    leakExit1: number;
+    recall?: Proportion;
+    timingAlarms: number;
+    timingAlarmBound: number | null;
+    exits: Record<string, number>;
+    medianRunS: number;
+    maxRunS: number;
+    records: { kinds: string[] }[];
+  }[];
+}
+
+const two = (x: number): string => x.toFixed(2);
+const interval = (p: Proportion): string => `${two(p.p)} [${two(p.low)}, ${two(p.high)}]`;
+const load = (l: LoadAverage | undefined): string => (l === undefined ? '' : `, load average ${l.start.toFixed(1)} at the start and ${l.end.toFixed(1)} at the end`);
+
+/** The per-run recall matrix of one scenario: every cell, its defended twins' false positives. */
+export function raceTable(r: RaceFigures): string {
+  const rows = r.rows.map((row) => {
+    const [preset, scale, freeList, fault] = row.cell.split('/');
+    const configuration = `\`${preset}\` 1/${scale} ${(freeList ?? '').toUpperCase()}, \`${fault}\``;
+    const caught = row.positive
+      ? `${interval(row.recall!)}${row.detectedOnlyEarlierMarkers ? ` (${row.detectedOnlyEarlierMarkers} by an earlier run's markers only)` : ''}`
+      : `${row.detected} false positives (95% bound ${row.falsePositiveBound === null || row.falsePositiveBound === undefined ? '–' : two(row.falsePositiveBound)})`;
+    return `| ${configuration} | ${row.runs} | ${caught} | ${row.passed} | ${(row.medianRunMs / 1000).toFixed(1)} s |`;
+  });
+  return (
+    `\`${r.command ?? 'npx tsx bench/races.ts'}\`, \`${r.scenario}\` alone, measured ${r.measuredAt.slice(0, 10)}${load(r.loadAverage)} ` +
+    `([bench/races.json](bench/races.json)):\n\n` +
+    ['| configuration | runs | caught (95% Wilson) | pass | median run |', '|---|---|---|---|---|', ...rows].join('\n') +
+    '\n'
+  );
+}
+
+/** Full default runs through the CLI: recall on the race faults, timing false alarms everywhere. */
+export function defaultRunsTable(d: DefaultRunFigures): string {
+  const rows = d.rows.map((row) => {
+    const exits = Object.entries(row.exits)
+      .map(([code, n]) => `${n}× ${code}`)
+      .join(', ');
+    const caught = row.race ? interval(row.recall!) : '–';
+    const kinds = new Map<string, number>();
+    for (const r of row.records) for (const k of r.kinds) kinds.set(k, (kinds.get(k) ?? 0) + 1);
+    const findings = kinds.size === 0 ? 'none' : [...kinds].map(([k, n]) => `\`${k}\` in ${n}`).join(', ');
+    const bound = row.timingAlarmBound === null ? '' : ` (95% bound ${two(row.timingAlarmBound)})`;
+    return `| \`${row.config}\` | ${row.runs} | ${exits} | ${findings} | ${caught} | ${row.timingAlarms}${bound} | ${row.medianRunS} s (max ${row.maxRunS} s) |`;
+  });
+  return (
+    `\`${d.command}\`, scale 1/${d.scale}, measured ${d.measuredAt.slice(0, 10)}${load(d.loadAverage)} ([bench/default-runs.json](bench/default-runs.json)):\n\n` +
+    ['| configuration | runs | exit codes | findings (runs) | exit 1 with `cross-request-leak` | timing alarms | run time, median |', '|---|---|---|---|---|---|---|', ...rows].join('\n') +
+    '\n'
+  );
+}
