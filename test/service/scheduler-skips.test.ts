@@ -48,7 +48,7 @@ function scheduler(yaml: string, p: ProbeFn) {
 describe('scheduler: skips are stored', () => {
   it('a budget skip with needed and available tokens; an overlap behind a probe that ignores its abort', async () => {
     const budget = scheduler(`
-schedule: { interval: 10m, timeout: 1m, jitter: 0s }
+schedule: { interval: 10m, timeout: 1m, jitter: 0s, scenarios: every_cycle }
 budget: { tokens_per_hour: 1000 }
 scenarios: [overlimit-handoff]
 targets: [{ name: prod, base_url: "http://h" }]`, probe(650, 1000));
@@ -60,7 +60,7 @@ targets: [{ name: prod, base_url: "http://h" }]`, probe(650, 1000));
     expect(skip!.latest).toEqual({ target: 'prod', reason: 'budget', at: new Date(T0 + 20 * M).toISOString(), neededTokens: 650, availableTokens: 350 });
 
     const hung = scheduler(`
-schedule: { interval: 5m, timeout: 1m, jitter: 0s }
+schedule: { interval: 5m, timeout: 1m, jitter: 0s, scenarios: every_cycle }
 scenarios: [abort-race]
 targets: [{ name: stuck, base_url: "http://s" }]`, probe(0, Infinity));
     hung.start();
@@ -73,7 +73,7 @@ targets: [{ name: stuck, base_url: "http://s" }]`, probe(0, Infinity));
 
   it('a shutdown names each queued scenario it cancelled', async () => {
     const s = scheduler(`
-schedule: { interval: 5m, timeout: 2m, jitter: 0s }
+schedule: { interval: 5m, timeout: 2m, jitter: 0s, scenarios: every_cycle }
 concurrency: { global: 4, per_target: 1 }
 scenarios: [overlimit-handoff, abort-race, capacity-audit]
 targets: [{ name: prod, base_url: "http://h" }]`, probe(0, 30_000));
