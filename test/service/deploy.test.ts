@@ -87,4 +87,14 @@ describe('deploy/Dockerfile', () => {
     expect(storeMount.mountPath).toBe('/var/lib/kvcanary');
     expect(text).toMatch(/EXPOSE 9464/);
   });
+
+  it('runs the compiled build (dist/), not the TypeScript sources under tsx', () => {
+    const text = readFileSync(join(root, 'deploy', 'Dockerfile'), 'utf8');
+    const stages = text.split(/^FROM /m).slice(1);
+    expect(stages.length).toBe(2);
+    expect(stages[0]).toMatch(/^RUN npm run build$/m);
+    expect(stages[1]).toMatch(/^COPY --from=build \S+\/dist \.\/dist$/m);
+    expect(stages[1]).not.toMatch(/\/src\b/);
+    expect(stages[1]).toMatch(/^ENTRYPOINT \["node", "bin\/kvcanary\.js"\]$/m);
+  });
 });
