@@ -4,10 +4,11 @@
  * Why not AbortSignal.any: Node 20 registers the combined signal on each source through a WeakRef, and
  * V8's young-generation collector keeps weakly referenced objects alive. So every combined signal made over
  * a long-lived source (a cycle's signal, serve's shutdown signal), and everything its listeners reach (a
- * request's state, its buffers, a whole probe), survives into the old generation and waits there for a full
- * collection. Made per request, that was most of what a `serve` replica promoted, and so most of its heap's
- * growth between full collections (bench/SCALE.md). Here the link is a plain listener on each source,
- * removed by dispose(): the caller disposes when the work the signal governs is over.
+ * request's state, a whole probe), survives into the old generation and waits there for a full collection.
+ * Measured on Node 20: 20,000 combined signals whose listeners each reach 1.6 KB promoted 59 MiB, linked
+ * as here 4.5 MiB; a 1,000-target `serve` run needed 28-30 full collections instead of 33. Here the link
+ * is a plain listener on each source, removed by dispose(): the caller disposes when the work the signal
+ * governs is over.
  *
  * A source carries one listener per piece of work in flight (dozens per cycle), so its listener-count
  * warning is lifted; dispose() is what keeps that from being a leak.
