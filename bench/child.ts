@@ -20,7 +20,7 @@ export class BenchChildError extends Error {
 
 export interface ChildTracker {
   /** Spawns in the repo root, in a new process group, stdout piped; tracked until it exits. */
-  spawn(command: string, args: readonly string[], opts?: { stderr?: 'inherit' | 'ignore' | 'pipe' }): ChildProcess;
+  spawn(command: string, args: readonly string[], opts?: { stderr?: 'inherit' | 'ignore' | 'pipe'; env?: NodeJS.ProcessEnv }): ChildProcess;
   /** Runs a TypeScript file of this repo under tsx. */
   spawnTs(file: string, args: readonly string[], opts?: { stderr?: 'inherit' | 'ignore' | 'pipe' }): ChildProcess;
   /** SIGTERM to every live child's process group. */
@@ -29,8 +29,8 @@ export interface ChildTracker {
 
 export function createChildTracker(): ChildTracker {
   const live = new Set<ChildProcess>();
-  const run = (command: string, args: readonly string[], opts: { stderr?: 'inherit' | 'ignore' | 'pipe' } = {}): ChildProcess => {
-    const options: SpawnOptions = { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', opts.stderr ?? 'inherit'], detached: true };
+  const run = (command: string, args: readonly string[], opts: { stderr?: 'inherit' | 'ignore' | 'pipe'; env?: NodeJS.ProcessEnv } = {}): ChildProcess => {
+    const options: SpawnOptions = { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', opts.stderr ?? 'inherit'], detached: true, ...(opts.env === undefined ? {} : { env: opts.env }) };
     const child = spawn(command, [...args], options);
     live.add(child);
     child.once('exit', () => live.delete(child));

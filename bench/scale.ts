@@ -1,40 +1,61 @@
 /**
  * `npm run bench:scale`: one prober replica against 50, 200 and 1,000 fast fake endpoints of the bench's
  * own (bench/scale-endpoints.ts, a child process), each target due at once, until every target has finished
- * one cycle. The prober runs in a child of its own (bench/scale-prober.ts) and measures its own CPU and RSS.
- * Two scenario sets: the cheap tier a fleet runs every cycle (capacity-audit + overlimit-rejection) at every
- * size, and every scenario (the default set) at the sizes given by --full (default 50). Also how three
- * shards split 1,000 target names (rendezvous hashing). Writes bench/SCALE.md and bench/scale.json.
+ * one cycle. The replica is `serve` as production runs it (bench/scale-serve.ts): `node bin/kvcanary.js
+ * serve`, on the compiled build in dist/ (built here first when missing or older than the sources), in a
+ * process of its own, measured from /proc. Two scenario sets: the cheap tier a fleet runs every cycle
+ * (capacity-audit + overlimit-rejection) at every size, and every scenario (the default set) at the sizes
+ * given by --full (default 50). Also how three shards split 1,000 target names (rendezvous hashing).
+ * Writes bench/SCALE.md and bench/scale.json.
  *
- *   nice -n 10 npm run bench:scale [-- --sizes 50,200,1000] [--full 50]
+ * Every run uses the container image's NODE_OPTIONS (V8 heap sizing, deploy/Dockerfile); the sizes given by
+ * --node-defaults (default 1000) run the cheap tier once more without them, Node sizing the heap for this
+ * host, to show what the setting does.
+ *
+ *   nice -n 10 npm run bench:scale [-- --sizes 50,200,1000] [--full 50] [--node-defaults 1000]
  */
-import { writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { createChildTracker, allStdout, firstLine, killGroup, exited, REPO_ROOT } from './child.js';
+import { tmpdir, totalmem } from 'node:os';
+import { createChildTracker, firstLine, killGroup, exited, REPO_ROOT } from './child.js';
+import { measureServe, type ServeScale } from './scale-serve.js';
+import { compiledCli } from '../bin/compiled-build.js';
+import { imageNodeOptions } from '../deploy/image-node-options.js';
 import { shardOf } from '../prober/src/service/shard.js';
 
-const { values } = parseArgs({ options: { sizes: { type: 'string', default: '50,200,1000' }, full: { type: 'string', default: '50' } }, strict: true });
-const sizes = values.sizes.split(',').map(Number);
-const full = values.full === '' ? [] : values.full.split(',').map(Number);
+const { values } = parseArgs({ options: { sizes: { type: 'string', default: '50,200,1000' }, full: { type: 'string', default: '50' }, 'node-defaults': { type: 'string', default: '1000' } }, strict: true });
+const list = (v: string): number[] => (v === '' ? [] : v.split(',').map(Number));
+const sizes = list(values.sizes);
+const full = list(values.full);
+const nodeDefaults = list(values['node-defaults']);
 const CHEAP = ['capacity-audit', 'overlimit-rejection'];
 
-interface Row { set: string; targets: number; cycles: number; outcomes: Record<string, number>; wallSeconds: number; cpuSeconds: number; cpuPerTargetCycle: number; rssMaxMiB: number; rssMeanMiB: number; rssAfterMiB: number }
+interface Row extends ServeScale { set: string; heap: 'image' | 'Node defaults'; cpuPerTargetCycle: number }
+
+// What production runs: the compiled build. The launcher takes it only when fresh, so check as it does.
+if (compiledCli() === undefined) {
+  process.stderr.write('bench:scale: dist/ missing or older than the sources: npm run build\n');
+  const built = spawnSync(process.execPath, ['scripts/build.mjs'], { cwd: REPO_ROOT, stdio: 'inherit' });
+  if (built.status !== 0 || compiledCli() === undefined) throw new Error('bench:scale: npm run build did not leave a fresh dist/; the replica would run under tsx');
+}
+
+// And with the image's Node options (V8 heap sizing, deploy/Dockerfile).
+const nodeOptions = imageNodeOptions();
 
 const children = createChildTracker();
 process.once('SIGINT', () => { children.killAll(); process.exit(130); });
 const dir = mkdtempSync(join(tmpdir(), 'kvcanary-bench-scale-'));
 
-async function measure(set: string, targets: number, scenarios: string[] | undefined): Promise<Row> {
+async function measure(set: string, targets: number, scenarios: string[] | undefined, heap: Row['heap'] = 'image'): Promise<Row> {
   const endpoints = children.spawnTs('bench/scale-endpoints.ts', ['--count', String(targets)]);
-  const urlsFile = join(dir, `urls-${targets}.json`);
-  writeFileSync(urlsFile, await firstLine(endpoints));
+  const run = join(dir, `${targets}-${scenarios === undefined ? 'all' : 'cheap'}-${heap === 'image' ? 'image' : 'node'}`);
+  mkdirSync(run);
   try {
-    const prober = children.spawnTs('bench/scale-prober.ts', ['--urls', urlsFile, ...(scenarios ?? []).flatMap((s) => ['--scenario', s])]);
-    const out = JSON.parse((await allStdout(prober)).trim().split('\n').pop()!) as Omit<Row, 'set' | 'cpuPerTargetCycle'>;
-    const row: Row = { set, ...out, cpuPerTargetCycle: Math.round((out.cpuSeconds / out.cycles) * 1000) / 1000 };
+    const { urls } = JSON.parse(await firstLine(endpoints)) as { urls: string[] };
+    const out = await measureServe(children, { urls, concurrency: 16, dir: run, ...(heap === 'image' ? { nodeOptions } : {}), ...(scenarios === undefined ? {} : { scenarios }) });
+    const row: Row = { set, heap, ...out, cpuPerTargetCycle: Math.round((out.cpuSeconds / out.cycles) * 1000) / 1000 };
     process.stderr.write(`${JSON.stringify(row)}\n`);
     return row;
   } finally {
@@ -46,6 +67,7 @@ async function measure(set: string, targets: number, scenarios: string[] | undef
 const rows: Row[] = [];
 for (const n of sizes) rows.push(await measure('cheap tier (capacity-audit, overlimit-rejection)', n, CHEAP));
 for (const n of full) rows.push(await measure('every scenario (default)', n, undefined));
+for (const n of nodeDefaults) rows.push(await measure('cheap tier (capacity-audit, overlimit-rejection)', n, CHEAP, 'Node defaults'));
 
 const names = Array.from({ length: 1000 }, (_, i) => `glm/10.${Math.floor(i / 250)}.${i % 250}.1:8000`);
 const split = [0, 0, 0];
@@ -56,22 +78,33 @@ const moved = names.filter((n) => shardOf(n, 3) !== shardOf(n, 4)).length;
 const md = [
   '# Scale: one prober replica, many targets',
   '',
-  'Measured by `nice -n 10 npm run bench:scale` (bench/scale.ts): one `serve` replica (real probe, store and',
-  'metrics; concurrency.global 16, per_target 2) against N fast fake endpoints (bench/scale-endpoints.ts, a',
-  'separate process), every target due within a second, until each finished one cycle. CPU is the prober',
-  'process\'s user+system time; RSS sampled every 250 ms and once more after the run with every target loaded.',
-  `Host: ${process.platform}, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}, on a shared 2-core machine.`,
+  'Measured by `nice -n 10 npm run bench:scale` (bench/scale.ts, bench/scale-serve.ts): one `serve` replica run',
+  'as production runs it, `node bin/kvcanary.js serve --config FILE` on the compiled build in dist/ with the',
+  `container image's NODE_OPTIONS (\`${nodeOptions}\`, deploy/Dockerfile), real probe, store and metrics`,
+  '(concurrency.global 16, per_target 2), against N fast fake endpoints',
+  '(bench/scale-endpoints.ts, a separate process), every target due within a second, until each finished one',
+  'cycle. Read from /proc: CPU is the serve process\'s user+system time from when it printed its URL (targets',
+  'loaded) until every target had an outcome; RSS sampled every 250 ms, and once more a second after the run.',
+  '/metrics is scraped every 30 s, as the ServiceMonitor in deploy/k8s does; heap and external memory are V8\'s',
+  'own figures from the last scrape (nodejs_heap_size_used_bytes, nodejs_heap_size_total_bytes,',
+  'nodejs_external_memory_bytes).',
+  `Host: ${process.platform}, Node ${process.version}, ${Math.round(totalmem() / 2 ** 30)} GiB of memory, ${new Date().toISOString().slice(0, 10)}, on a shared 2-core machine.`,
   '',
-  'Every outcome is inconclusive by design of the fakes: they expose no KV pool (so capacity-audit cannot',
-  'compare) and no prefix cache. The figures are the prober\'s own cost per target, not a verdict.',
+  'The fakes expose no KV pool (capacity-audit is not applicable) and no prefix cache, and reject over-limit',
+  'prompts with vLLM\'s 400; the outcomes are what the scenarios conclude about such an endpoint. The figures',
+  'are the prober\'s own cost per target, not a verdict on anything real.',
   '',
-  '| scenarios | targets | cycles | outcomes | wall s | CPU s | CPU s per target-cycle | RSS max MiB | RSS mean MiB | RSS after MiB |',
-  '|---|---|---|---|---|---|---|---|---|---|',
-  ...rows.map((r) => `| ${r.set} | ${r.targets} | ${r.cycles} | ${Object.entries(r.outcomes).map(([k, v]) => `${k} ${v}`).join(', ')} | ${r.wallSeconds} | ${r.cpuSeconds} | **${r.cpuPerTargetCycle}** | ${r.rssMaxMiB} | ${r.rssMeanMiB} | ${r.rssAfterMiB} |`),
+  '"V8 heap" is "image" for the image\'s NODE_OPTIONS, "Node defaults" for none (Node sizes the heap from this',
+  'host\'s memory, as it would in a container without a memory limit).',
+  '',
+  '| scenarios | targets | V8 heap | cycles | outcomes | wall s | CPU s | CPU s per target-cycle | RSS max MiB | RSS mean MiB | RSS after MiB | heap used / total MiB after | external MiB after | /metrics KiB |',
+  '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+  ...rows.map((r) => `| ${r.set} | ${r.targets} | ${r.heap} | ${r.cycles} | ${Object.entries(r.outcomes).map(([k, v]) => `${k} ${v}`).join(', ')} | ${r.wallSeconds} | ${r.cpuSeconds} | **${r.cpuPerTargetCycle}** | ${r.rssMaxMiB} | ${r.rssMeanMiB} | ${r.rssAfterMiB} | ${r.heapUsedMiB} / ${r.heapTotalMiB} | ${r.externalMiB} | ${Math.round(r.metricsBytes / 1024)} |`),
   '',
   `Three shards over 1,000 target names (rendezvous hashing): ${split.join(' / ')} (at most ${dev.toFixed(1)}% from a third); going to four shards moves ${moved} of them (${(moved / 10).toFixed(1)}%).`,
   '',
 ].join('\n');
 writeFileSync(join(REPO_ROOT, 'bench', 'SCALE.md'), md);
-writeFileSync(join(REPO_ROOT, 'bench', 'scale.json'), JSON.stringify({ rows, shards: { split, movedToFour: moved } }, null, 2) + '\n');
+writeFileSync(join(REPO_ROOT, 'bench', 'scale.json'), JSON.stringify({ runtime: 'node bin/kvcanary.js serve, compiled build (dist/)', nodeOptions, rows, shards: { split, movedToFour: moved } }, null, 2) + '\n');
+rmSync(dir, { recursive: true, force: true });
 process.stdout.write(md);

@@ -12,6 +12,7 @@ import { parseConfig } from '../../prober/src/service/config.js';
 import { shardFromArgs, shardOf } from '../../prober/src/service/shard.js';
 import { SCENARIO_NAMES } from '../../prober/src/probe/scenarios/index.js';
 import { prometheusRule, OUTPUT } from '../../deploy/prometheusrule.js';
+import { imageNodeOptions, sizeFlagMiB } from '../../deploy/image-node-options.js';
 import { runCli } from '../helpers/cli.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -86,5 +87,28 @@ describe('deploy/Dockerfile', () => {
     const storeMount = container.volumeMounts.find((m: { name: string }) => m.name === 'store');
     expect(storeMount.mountPath).toBe('/var/lib/kvcanary');
     expect(text).toMatch(/EXPOSE 9464/);
+  });
+
+  it('runs the compiled build (dist/), not the TypeScript sources under tsx', () => {
+    const text = readFileSync(join(root, 'deploy', 'Dockerfile'), 'utf8');
+    const stages = text.split(/^FROM /m).slice(1);
+    expect(stages.length).toBe(2);
+    expect(stages[0]).toMatch(/^RUN npm run build$/m);
+    expect(stages[1]).toMatch(/^COPY --from=build \S+\/dist \.\/dist$/m);
+    expect(stages[1]).not.toMatch(/\/src\b/);
+    expect(stages[1]).toMatch(/^ENTRYPOINT \["node", "bin\/kvcanary\.js"\]$/m);
+  });
+
+  it('sizes V8\'s heap for the StatefulSet\'s memory limit, with room for what is not heap', () => {
+    const options = imageNodeOptions();
+    const oldSpace = sizeFlagMiB(options, '--max-old-space-size');
+    const semiSpace = sizeFlagMiB(options, '--max-semi-space-size');
+    expect(oldSpace, options).toBeDefined();
+    expect(semiSpace, options).toBeDefined();
+    const limit = /^(\d+)Mi$/.exec(container.resources.limits.memory as string);
+    expect(limit, 'limits.memory in Mi').not.toBeNull();
+    // Beside the heap: the node binary's pages, code space, native allocations (measured ~60 MiB in bench/SCALE.md).
+    const notHeapMiB = 96;
+    expect(oldSpace! + 3 * semiSpace! + notHeapMiB).toBeLessThanOrEqual(Number(limit![1]));
   });
 });

@@ -80,21 +80,34 @@ describe('metrics', () => {
     expect(await sample(reg, 'kvcanary_scenario_interval_seconds', { target: 'a', scenario: 'capacity-audit' })).toBeUndefined();
   });
 
-  it('starts configured targets and scenarios at 0, and leaves facts absent until known', async () => {
+  it('starts the counters and state sets consumers read before a first run at 0, and leaves facts absent until known', async () => {
     const reg = new Registry();
     const m = createMetrics(reg);
     initTargetMetrics(m, 'prod', ['overlimit-handoff', 'abort-race']);
     expect(await sample(reg, 'kvcanary_probe_runs_total', { target: 'prod', scenario: 'abort-race', outcome: 'inconclusive' })).toBe(0);
-    expect(await sample(reg, 'kvcanary_findings_total', { target: 'prod', scenario: 'abort-race', kind: 'cross-request-leak', severity: 'critical' })).toBe(0);
     expect(await sample(reg, 'kvcanary_runs_skipped_total', { target: 'prod', reason: 'budget' })).toBe(0);
     expect(await sample(reg, 'kvcanary_probe_cycles_total', { target: 'prod', outcome: 'pass' })).toBe(0);
+    expect(await sample(reg, 'kvcanary_tokens_sent_total', { target: 'prod', scenario: 'abort-race' })).toBe(0);
     expect(await sample(reg, 'kvcanary_last_run_outcome', { target: 'prod', scenario: 'abort-race', outcome: 'pass' })).toBe(0);
     expect(await sample(reg, 'kvcanary_inconclusive_streak', { target: 'prod', scenario: 'abort-race' })).toBe(0);
-    expect(await sample(reg, 'kvcanary_probe_duration_seconds_count', { target: 'prod', scenario: 'abort-race' })).toBe(0);
     const text = await reg.metrics();
     expect(text).not.toMatch(/^kvcanary_last_run_timestamp_seconds\{/m);
     expect(text).not.toMatch(/^kvcanary_target_up\{/m);
     expect(text).not.toMatch(/^kvcanary_target_context_limit_tokens\{/m);
+  });
+
+  it('creates finding and histogram series by their first observation (every finding consumer counts a series born at 1)', async () => {
+    const reg = new Registry();
+    const m = createMetrics(reg);
+    initTargetMetrics(m, 'prod', ['overlimit-handoff', 'abort-race']);
+    const before = await reg.metrics();
+    expect(before).not.toMatch(/^kvcanary_findings_total\{/m);
+    expect(before).not.toMatch(/^kvcanary_probe_duration_seconds_(bucket|sum|count)\{/m);
+    observeRun(m, probeRun([scen('abort-race', 'fail', { findings: [makeFinding('cross-request-leak', 'abort-race', { excerpt: 'x' })] })]));
+    expect(await sample(reg, 'kvcanary_findings_total', { target: 'prod', scenario: 'abort-race', kind: 'cross-request-leak', severity: 'critical' })).toBe(1);
+    expect(await sample(reg, 'kvcanary_findings_total', { target: 'prod', scenario: 'abort-race', kind: 'rejection-not-enforced', severity: 'high' })).toBeUndefined();
+    expect(await sample(reg, 'kvcanary_probe_duration_seconds_count', { target: 'prod', scenario: 'abort-race' })).toBe(1);
+    expect(await sample(reg, 'kvcanary_probe_duration_seconds_count', { target: 'prod', scenario: 'overlimit-handoff' })).toBeUndefined();
   });
 
   it('observeRun updates every metric from one ProbeRun', async () => {

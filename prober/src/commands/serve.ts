@@ -12,6 +12,7 @@ import { EXIT } from '../exit-codes.js';
 import { ConfigError, configSecrets, formatDuration, loadConfig, parseConfig, type ServiceConfig } from '../service/config.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS } from '../bounds.js';
 import { RunCut } from '../probe/run-cut.js';
+import { linkSignals } from '../probe/linked-signal.js';
 import { oneLine } from '../terminal-text.js';
 import { createLogger } from '../service/logger.js';
 import { createProbe } from '../probe/probe.js';
@@ -25,6 +26,7 @@ import { parseArgsMessage, UsageError } from './usage.js';
 import { MAX_PORT } from '../bounds.js';
 import { shownString } from '../shown-value.js';
 import { ShardError, shardFromArgs, type Shard } from '../service/shard.js';
+import { useBaselineWasmCompiler } from '../service/wasm-compiler.js';
 
 const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT] [--shard INDEX/COUNT]
 
@@ -65,6 +67,7 @@ export async function serveMain(args: string[]): Promise<number> {
   try {
     if (v.config !== undefined) {
       config = await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES });
+      useBaselineWasmCompiler();
     } else {
       const demo = await embeddedDemo();
       engines.push(...demo.engines);
@@ -107,7 +110,11 @@ export async function serveMain(args: string[]): Promise<number> {
           readKeyFile,
           progress: (m) => log.debug({ progress: m }, 'probe progress'),
         });
-        return (req) => probe({ ...req, signal: AbortSignal.any([req.signal, shutdown.signal]) });
+        return (req) => {
+          // Linked by listeners, released when the probe ends (linked-signal.ts says why not AbortSignal.any).
+          const link = linkSignals([req.signal, shutdown.signal]);
+          return probe({ ...req, signal: link.signal }).finally(link.dispose);
+        };
       },
       onRun: (run) => printFindings(run),
       ...(shard === undefined ? {} : { shard }),

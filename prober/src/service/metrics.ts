@@ -6,13 +6,21 @@
  * Roles come from the probe, so they are checked against a short-name pattern and anything else is
  * exported as "other": a request or marker id can never become a label value.
  *
- * Label sets of configured targets and scenarios are created at start (counters at 0, outcome state sets
- * at 0) so dashboards show 0 rather than "no data". Gauges that state a fact (last-run time, target up,
- * capacity) are left absent until the fact is known: a last-run time of 0 would read as "56 years ago",
- * and "up 0" before the first probe would page someone.
+ * Label sets of configured targets and scenarios are created at start where a consumer needs the 0: the
+ * run, cycle, skip and token counters (so increase() and rate() see a target's first run, skip or spend),
+ * the outcome state sets and the inconclusive streak (so the outcome panel shows "no run yet"). Findings
+ * and histograms are created by their first observation: every consumer of kvcanary_findings_total
+ * (dashboards/alerts.yaml's kvcanary:findings:increase15m and the dashboard's finding panels) counts a
+ * series born inside its window with its whole value, and a histogram of zeros has no quantile to show.
+ * Pre-creating them cost 45 KiB per target with two scenarios and 140 KiB with all eight (bench/SCALE.md),
+ * most of it prom-client's histogram buckets: the histograms here are CompactHistogram for that reason.
+ *
+ * Gauges that state a fact (last-run time, target up, capacity) are left absent until the fact is known: a
+ * last-run time of 0 would read as "56 years ago", and "up 0" before the first probe would page someone.
  */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import { FINDING_KINDS, type Finding, type FindingKind } from '../probe/findings.js';
+import { CompactHistogram } from './compact-histogram.js';
 import { OUTCOMES, type Outcome, type ProbeRun, type TransportClass } from '../probe/result.js';
 
 export { OUTCOMES };
@@ -39,9 +47,9 @@ export interface Metrics {
   findings: Counter<'target' | 'scenario' | 'kind' | 'severity'>;
   /** Findings a silence acknowledged (silences.ts): counted here instead of in `findings`, so they do not page. */
   findingsAcknowledged: Counter<'target' | 'scenario' | 'kind' | 'severity'>;
-  probeDuration: Histogram<'target' | 'scenario'>;
-  requestDuration: Histogram<'target' | 'role'>;
-  timeToFirstToken: Histogram<'target' | 'role'>;
+  probeDuration: CompactHistogram<'target' | 'scenario'>;
+  requestDuration: CompactHistogram<'target' | 'role'>;
+  timeToFirstToken: CompactHistogram<'target' | 'role'>;
   requests: Counter<'target' | 'role' | 'transport'>;
   tokensSent: Counter<'target' | 'scenario'>;
   tokensBilled: Counter<'target' | 'scenario'>;
@@ -66,9 +74,9 @@ export function createMetrics(registry: Registry): Metrics {
     probeCycles: new Counter({ name: 'kvcanary_probe_cycles_total', help: 'Whole probe cycles (all scenarios of one run), by combined outcome.', labelNames: ['target', 'outcome'], registers }),
     findings: new Counter({ name: 'kvcanary_findings_total', help: 'Findings, by kind and severity.', labelNames: ['target', 'scenario', 'kind', 'severity'], registers }),
     findingsAcknowledged: new Counter({ name: 'kvcanary_findings_acknowledged_total', help: 'Findings matched by a silence (kvcanary ack or the config\'s silences): recorded, not paged.', labelNames: ['target', 'scenario', 'kind', 'severity'], registers }),
-    probeDuration: new Histogram({ name: 'kvcanary_probe_duration_seconds', help: 'Scenario wall time.', labelNames: ['target', 'scenario'], buckets: [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600], registers }),
-    requestDuration: new Histogram({ name: 'kvcanary_request_duration_seconds', help: 'Latency of one HTTP request to the target.', labelNames: ['target', 'role'], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120], registers }),
-    timeToFirstToken: new Histogram({ name: 'kvcanary_time_to_first_token_seconds', help: 'Time to first generated token of streaming requests.', labelNames: ['target', 'role'], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60], registers }),
+    probeDuration: new CompactHistogram({ name: 'kvcanary_probe_duration_seconds', help: 'Scenario wall time.', labelNames: ['target', 'scenario'], buckets: [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600], registers }),
+    requestDuration: new CompactHistogram({ name: 'kvcanary_request_duration_seconds', help: 'Latency of one HTTP request to the target.', labelNames: ['target', 'role'], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120], registers }),
+    timeToFirstToken: new CompactHistogram({ name: 'kvcanary_time_to_first_token_seconds', help: 'Time to first generated token of streaming requests.', labelNames: ['target', 'role'], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60], registers }),
     requests: new Counter({ name: 'kvcanary_requests_total', help: 'Requests to the target, by transport class (ok, http-4xx, http-5xx, refused, reset, timeout, aborted, malformed, too-large).', labelNames: ['target', 'role', 'transport'], registers }),
     tokensSent: new Counter({ name: 'kvcanary_tokens_sent_total', help: 'Prompt tokens sent (the prober\'s estimate).', labelNames: ['target', 'scenario'], registers }),
     tokensBilled: new Counter({ name: 'kvcanary_tokens_billed_total', help: 'Prompt plus completion tokens the endpoint reported in usage.', labelNames: ['target', 'scenario'], registers }),
@@ -87,16 +95,18 @@ export function createMetrics(registry: Registry): Metrics {
 
 const key = (target: string, scenario: string): string => `${target}\u0000${scenario}`;
 
-/** Creates the zero-valued label sets of configured targets and scenarios (idempotent: never resets a count). */
+/**
+ * Creates the zero-valued label sets of configured targets and scenarios that a consumer needs before the
+ * first run (see the top of this file; findings and histograms are not among them). Idempotent: never
+ * resets a count.
+ */
 export function initTargetMetrics(m: Metrics, target: string, scenarios: readonly string[]): void {
   for (const outcome of OUTCOMES) m.probeCycles.inc({ target, outcome: outcomeLabel(outcome) }, 0);
   for (const reason of SKIP_REASONS) m.runsSkipped.inc({ target, reason }, 0);
   for (const scenario of scenarios) {
     for (const outcome of OUTCOMES) m.probeRuns.inc({ target, scenario, outcome: outcomeLabel(outcome) }, 0);
-    for (const [kind, info] of Object.entries(FINDING_KINDS)) m.findings.inc({ target, scenario, kind, severity: info.severity }, 0);
     m.tokensSent.inc({ target, scenario }, 0);
     m.tokensBilled.inc({ target, scenario }, 0);
-    m.probeDuration.zero({ target, scenario });
     const k = key(target, scenario);
     if (!m.streaks.has(k)) {
       m.streaks.set(k, 0);

@@ -7,6 +7,7 @@ import type { RequestRecord } from '../result.js';
 import type { MarkerMatch } from '../scanner.js';
 import type { AbortAfter, CompletionResult, Prompt } from '../target/client.js';
 import type { ScenarioContext, Tenant } from './context.js';
+import { linkSignals } from '../linked-signal.js';
 
 export interface ExchangeSpec {
   role: string;
@@ -46,8 +47,9 @@ export async function exchange(ctx: ScenarioContext, spec: ExchangeSpec): Promis
   const tenant = spec.tenant ?? ctx.tenants[0]!;
   const requestId = spec.requestId ?? ctx.newRequestId(spec.role);
   const session = ctx.scanner.open({ requestId, tenant: tenant.name, role: spec.role, runId: ctx.runId });
-  const signal = spec.signal === undefined ? ctx.signal : AbortSignal.any([ctx.signal, spec.signal]);
-  const abortAfter = { ...spec.abortAfter, signal };
+  // Disposed once the request is over: linked-signal.ts says why not AbortSignal.any.
+  const link = linkSignals([ctx.signal, spec.signal]);
+  const abortAfter = { ...spec.abortAfter, signal: link.signal };
   let first = spec.onFirstText;
   const result = await tenant.client.complete({
     api: ctx.api,
@@ -67,7 +69,7 @@ export async function exchange(ctx: ScenarioContext, spec: ExchangeSpec): Promis
         first = undefined;
       }
     },
-  });
+  }).finally(link.dispose);
   const matches = session.end();
   const record: RequestRecord = {
     requestId,

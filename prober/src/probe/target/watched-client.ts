@@ -5,6 +5,7 @@
  * transport failures (refused, reset, timeout, or a response past the size limit) rather than letting each scenario wait out its own timeouts.
  */
 import type { TransportClass } from '../result.js';
+import { linkSignals, type LinkedSignal } from '../linked-signal.js';
 import { RunCut } from '../run-cut.js';
 import { TargetClient, type CallOptions, type CallResult, type CompletionRequest, type CompletionResult, type Prompt, type TargetClientOptions } from './client.js';
 
@@ -44,33 +45,54 @@ export class WatchedTargetClient extends TargetClient {
     this.#liveness = liveness;
   }
 
-  #with(signal: AbortSignal | undefined): AbortSignal {
-    return signal === undefined ? this.#signal : AbortSignal.any([this.#signal, signal]);
+  /** The cycle's signal joined with the caller's; disposed when the request is over (linked-signal.ts). */
+  #with(signal: AbortSignal | undefined): LinkedSignal {
+    return linkSignals([this.#signal, signal]);
   }
 
   override async complete(req: CompletionRequest): Promise<CompletionResult> {
     const after = req.abortAfter;
-    const abortAfter = after instanceof AbortSignal ? this.#with(after) : { ...after, signal: this.#with(after?.signal) };
-    const r = await super.complete({ ...req, abortAfter });
-    this.#liveness.note(r.transport);
-    return r;
+    const link = this.#with(after instanceof AbortSignal ? after : after?.signal);
+    try {
+      const abortAfter = after instanceof AbortSignal ? link.signal : { ...after, signal: link.signal };
+      const r = await super.complete({ ...req, abortAfter });
+      this.#liveness.note(r.transport);
+      return r;
+    } finally {
+      link.dispose();
+    }
   }
 
   override async requestJson(method: 'GET' | 'POST', path: string, json?: unknown, opts: CallOptions = {}): Promise<CallResult<unknown>> {
-    const r = await super.requestJson(method, path, json, { ...opts, signal: this.#with(opts.signal) });
-    this.#liveness.note(r.transport);
-    return r;
+    const link = this.#with(opts.signal);
+    try {
+      const r = await super.requestJson(method, path, json, { ...opts, signal: link.signal });
+      this.#liveness.note(r.transport);
+      return r;
+    } finally {
+      link.dispose();
+    }
   }
 
   override async requestText(path: string, opts: CallOptions = {}): Promise<CallResult<string>> {
-    const r = await super.requestText(path, { ...opts, signal: this.#with(opts.signal) });
-    this.#liveness.note(r.transport);
-    return r;
+    const link = this.#with(opts.signal);
+    try {
+      const r = await super.requestText(path, { ...opts, signal: link.signal });
+      this.#liveness.note(r.transport);
+      return r;
+    } finally {
+      link.dispose();
+    }
   }
 
   override async requestTokenCount(path: string, template: Record<string, unknown>, text: Prompt, opts: CallOptions = {}): Promise<CallResult<number>> {
-    const r = await super.requestTokenCount(path, template, text, { ...opts, signal: this.#with(opts.signal) });
-    this.#liveness.note(r.transport);
-    return r;
+    const link = this.#with(opts.signal);
+    try {
+      const r = await super.requestTokenCount(path, template, text, { ...opts, signal: link.signal });
+      this.#liveness.note(r.transport);
+      return r;
+    } finally {
+      link.dispose();
+    }
   }
 }
