@@ -7,7 +7,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from './child.js';
-import { markedBlock, measuredHeadline, prefixFaultTable, timingParagraph, ttftSentence, type PrefixFaultFigures, type TimingFigures, type TtftFigures } from './figures.js';
+import { markedBlock, measuredHeadline, prefixFaultTable, sizingTable, timingParagraph, ttftSentence, type PrefixFaultFigures, type ScaleFigures, type TimingFigures, type TtftFigures } from './figures.js';
 import type { BenchReport } from './report.js';
 
 export interface FigureBlock {
@@ -22,6 +22,7 @@ export interface FigureBlock {
 export const FIGURE_BLOCKS: readonly FigureBlock[] = [
   { doc: 'README.md', name: 'measured', source: 'bench/report.json', render: (j) => measuredHeadline(j as BenchReport) },
   { doc: 'README.md', name: 'timing', source: 'bench/timing.json', render: (j) => timingParagraph(j as TimingFigures) },
+  { doc: 'README.md', name: 'sizing', source: 'bench/scale.json', render: (j) => sizingTable(j as ScaleFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-ttft', source: 'engine-under-test/bench/results/prefix-ttft.json', render: (j) => ttftSentence(j as TtftFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-fault-rates', source: 'engine-under-test/bench/results/prefix-fault-rates.json', render: (j) => prefixFaultTable(j as PrefixFaultFigures) },
 ];
