@@ -1,6 +1,7 @@
 /**
  * The figures README.md and engine-under-test/README.md quote, rendered from the stored JSON of the run that
- * measured them (bench/report.json, bench/timing.json, engine-under-test/bench/results/*.json). Each README
+ * measured them (bench/report.json, bench/timing.json, bench/scale.json,
+ * engine-under-test/bench/results/*.json). Each README
  * holds the rendering between `<!-- figures:NAME:start -->` and `<!-- figures:NAME:end -->` markers, and
  * test/e2e/bench-report.test.ts checks that what is there is exactly what these functions render from the
  * JSON, so a figure cannot drift from its run. Pure: no I/O.
@@ -178,5 +179,33 @@ export function dailyCostTable(r: BenchReport): string {
     `On average the default tiers send about ${tokensInWords(avg)} tokens an hour; the busiest hour (the first after a start with an empty store, when every tier is due at once) ` +
       `about ${tokensInWords(tiers.sentInBusiestHour)}. The default \`budget.tokens_per_hour\` (${int(budget)}) ${fits} at full scale: ` +
       `size the budget from these figures (they scale with the endpoint's context and pool; \`check-config\` and \`serve\` warn when the busiest hour does not fit).${unmeasured}`,
+  ].join('\n') + '\n';
+}
+
+export interface ScaleFigures {
+  nodeOptions: string;
+  rows: { set: string; heap: 'image' | 'Node defaults'; targets: number; cpuPerTargetCycle: number; rssMaxMiB: number; rssAfterMiB: number }[];
+}
+
+/** The issue's memory goals for one replica running the cheap tier: [targets, RSS limit in MB (10^6 bytes)]. */
+export const RSS_GOALS: ReadonlyArray<readonly [number, number]> = [[50, 120], [1000, 256]];
+
+const mb = (mib: number): string => (mib * 2 ** 20 / 1e6).toFixed(1);
+
+/** README.md's sizing table (Fleet), and whether the goals are met, from bench/scale.json. */
+export function sizingTable(s: ScaleFigures): string {
+  const rows = s.rows.map((r) => `| ${r.set} | ${int(r.targets)} | ${r.heap === 'image' ? 'the image\'s' : 'Node\'s defaults'} | ${r.cpuPerTargetCycle} | ${r.rssMaxMiB} MiB (${mb(r.rssMaxMiB)} MB) | ${r.rssAfterMiB} MiB |`);
+  const goals = RSS_GOALS.map(([targets, limitMB]) => {
+    const row = s.rows.find((r) => r.heap === 'image' && r.targets === targets && r.set.startsWith('cheap tier'));
+    if (row === undefined) return `${int(targets)} targets ≤ ${limitMB} MB: not measured`;
+    const got = Number(mb(row.rssMaxMiB));
+    return `${int(targets)} targets ≤ ${limitMB} MB: **${got <= limitMB ? 'met' : 'not met'}** (${got} MB)`;
+  });
+  return [
+    '| scenarios per cycle | targets | V8 heap sizing | CPU s per target-cycle | RSS max | RSS a second after the run |',
+    '|---|---|---|---|---|---|',
+    ...rows,
+    '',
+    `The issue's goals, RSS max of the cheap tier with the image's heap sizing (\`${s.nodeOptions}\`): ${goals.join('; ')}.`,
   ].join('\n') + '\n';
 }

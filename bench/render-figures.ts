@@ -7,7 +7,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from './child.js';
-import { dailyCostTable, markedBlock, measuredHeadline, prefixFaultTable, timingParagraph, ttftSentence, type PrefixFaultFigures, type TimingFigures, type TtftFigures } from './figures.js';
+import { dailyCostTable, markedBlock, measuredHeadline, prefixFaultTable, sizingTable, timingParagraph, ttftSentence, type PrefixFaultFigures, type ScaleFigures, type TimingFigures, type TtftFigures } from './figures.js';
 import type { BenchReport } from './report.js';
 import { defaultRunsTable, raceTable, type DefaultRunFigures, type RaceFigures } from './race-figures.js';
 
@@ -26,6 +26,7 @@ export const FIGURE_BLOCKS: readonly FigureBlock[] = [
   { doc: 'README.md', name: 'timing', source: 'bench/timing.json', render: (j) => timingParagraph(j as TimingFigures) },
   { doc: 'README.md', name: 'races', source: 'bench/races.json', render: (j) => raceTable(j as RaceFigures) },
   { doc: 'README.md', name: 'default-runs', source: 'bench/default-runs.json', render: (j) => defaultRunsTable(j as DefaultRunFigures) },
+  { doc: 'README.md', name: 'sizing', source: 'bench/scale.json', render: (j) => sizingTable(j as ScaleFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-ttft', source: 'engine-under-test/bench/results/prefix-ttft.json', render: (j) => ttftSentence(j as TtftFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-fault-rates', source: 'engine-under-test/bench/results/prefix-fault-rates.json', render: (j) => prefixFaultTable(j as PrefixFaultFigures) },
 ];

@@ -13,6 +13,7 @@
  * host, to show what the setting does.
  *
  *   nice -n 10 npm run bench:scale [-- --sizes 50,200,1000] [--full 50] [--node-defaults 1000]
+ *   npx tsx bench/render-figures.ts    # then: README.md's sizing table from bench/scale.json
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';

@@ -12,8 +12,9 @@
  * and histograms are created by their first observation: every consumer of kvcanary_findings_total
  * (dashboards/alerts.yaml's kvcanary:findings:increase15m and the dashboard's finding panels) counts a
  * series born inside its window with its whole value, and a histogram of zeros has no quantile to show.
- * Pre-creating them cost 45 KiB per target with two scenarios and 140 KiB with all eight (bench/SCALE.md),
- * most of it prom-client's histogram buckets: the histograms here are CompactHistogram for that reason.
+ * Pre-creating everything took 24 KiB of heap per target with two scenarios and 91 KiB with all eight
+ * (now 5.6 and 18; README "Sizing"), most of it prom-client's histogram buckets: the histograms here are
+ * CompactHistogram for that reason.
  *
  * Gauges that state a fact (last-run time, target up, capacity) are left absent until the fact is known: a
  * last-run time of 0 would read as "56 years ago", and "up 0" before the first probe would page someone.
