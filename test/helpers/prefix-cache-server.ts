@@ -18,7 +18,11 @@
  *   continue the cached entry: the rest of the prompt that wrote the last matched block and that request's
  *   output, so text crosses requests as in llama.cpp #27148), `reportCached: false` (usage without
  *   prompt_tokens_details), `enforceContext: false` (over-limit prompts are answered), `failEvery: N` (every
- *   Nth completion answered 503).
+ *   Nth completion answered 503), `streamErrorEvery: N` (every Nth streamed completion is admitted, starts
+ *   answering, then ends with an error event, as llama.cpp does when its output parser rejects the model's
+ *   bytes).
+ * - `tokenize: true`: POST /tokenize answers llama.cpp's shape, `{tokens: [char codes]}`, and a completions
+ *   prompt may be a list of token ids (char codes), so prefix-collision can build its collider.
  * - Ground truth for tests (the prober never sees it): `stats()`.
  */
 import { createHash } from 'node:crypto';
@@ -45,6 +49,9 @@ export interface PrefixCacheServerOptions {
   enforceContext?: boolean;
   /** Answer every Nth completion request with a 503 (an endpoint that fails some requests). */
   failEvery?: number;
+  /** Every Nth streamed completion: a first chunk, then `data: {"error": ...}` (HTTP 200), no usage. */
+  streamErrorEvery?: number;
+  tokenize?: boolean;
   /**
    * A second tier that ignores the salt and shortens prefill on a hit, while cached_tokens report only the
    * salted cache's hits: a real timing side channel that the reported counts do not show.
@@ -88,6 +95,7 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
   // Insertion order is recency order: a hit re-inserts, eviction takes the first key.
   const cache = new Map<string, Writer>();
   const stats: PrefixCacheStats = { requests: 0, hits: 0, crossSaltHits: 0, continued: 0 };
+  let streamed = 0;
 
   const shared = new Set<string>();
   const blockKeys = (prompt: string, salt: string, unsalted = false): string[] => {
@@ -110,7 +118,9 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
     const chat = req.url === '/v1/chat/completions';
     const prompt = chat
       ? (Array.isArray(body['messages']) ? body['messages'] : []).map((m: { content?: unknown }) => (typeof m?.content === 'string' ? m.content : '')).join('\n')
-      : String(body['prompt'] ?? '');
+      : Array.isArray(body['prompt'])
+        ? String.fromCharCode(...(body['prompt'] as number[]))
+        : String(body['prompt'] ?? '');
     const maxTokens = Number(body['max_tokens'] ?? 16);
     const salt = typeof body['cache_salt'] === 'string' ? body['cache_salt'] : '';
     const stream = body['stream'] === true;
@@ -185,6 +195,12 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
       return json(res, 200, { id: 'toy', object, model: MODEL, choices: [choice], usage });
     }
     const event = (value: unknown): void => void res.write(`data: ${JSON.stringify(value)}\n\n`);
+    if (opts.streamErrorEvery !== undefined && ++streamed % opts.streamErrorEvery === 0) {
+      event({ id: 'toy', object: `${object}.chunk`, model: MODEL, choices: [chat ? { index: 0, delta: { content: text.slice(0, 4) }, finish_reason: null } : { index: 0, text: text.slice(0, 4), finish_reason: null }] });
+      event({ error: { code: 500, message: 'The model produced output that does not match the expected Content-only format', type: 'server_error' } });
+      res.end();
+      return;
+    }
     for (let i = 0; i < text.length; i += 8) {
       const piece = text.slice(i, i + 8);
       event({ id: 'toy', object: `${object}.chunk`, model: MODEL, choices: [chat ? { index: 0, delta: { content: piece }, finish_reason: null } : { index: 0, text: piece, finish_reason: null }] });
@@ -201,6 +217,11 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
       const raw = Buffer.concat(parts).toString('utf8');
       if (req.method === 'GET' && req.url === '/v1/models') {
         return json(res, 200, { object: 'list', data: [{ id: MODEL, object: 'model', owned_by: 'kvcanary-test', max_model_len: context }] });
+      }
+      if (req.method === 'POST' && req.url === '/tokenize' && opts.tokenize) {
+        const asked = JSON.parse(raw) as { content?: unknown; prompt?: unknown };
+        const content = String(asked.content ?? asked.prompt ?? '');
+        return json(res, 200, { tokens: Array.from(content, (c) => c.charCodeAt(0)) });
       }
       if (req.method === 'POST' && (req.url === '/v1/completions' || req.url === '/v1/chat/completions')) {
         complete(req, res, raw).catch((err: unknown) => {

@@ -9,6 +9,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { commonPrefixLength, reorderWindows } from '../../prober/src/probe/scenarios/prefix-collision.js';
 import { createTargetClient } from '../../prober/src/probe/target/client.js';
 import { tokenIdsOf } from '../../prober/src/probe/target/introspect.js';
+import { runCli } from '../helpers/cli.js';
+import { startPrefixCacheServer, type PrefixCacheServer } from '../helpers/prefix-cache-server.js';
 
 const sorted = (xs: readonly number[]): number[] => [...xs].sort((a, b) => a - b);
 
@@ -69,5 +71,37 @@ describe('token-id prompts', () => {
     await c.close();
     expect(r.transport).toBe('ok');
     expect(bodies[0]).toMatchObject({ model: 'm', prompt: [1, 2, 3], max_tokens: 4, stream: false });
+  });
+});
+
+describe('prefix-collision against an endpoint that fails some requests after admitting them', () => {
+  let toy: PrefixCacheServer | undefined;
+  afterEach(async () => {
+    await toy?.close();
+    toy = undefined;
+  });
+
+  it('re-sends the control and the collider (fresh suffix, another order) and passes an exact cache', async () => {
+    // Every 2nd streamed completion ends in an error event after a 200, as llama.cpp's does when the model's
+    // bytes fail its output parser. Round 1: plant, control (fails), control again, collider (fails), another
+    // collider; round 2's plant fails, and round 1 already answered both.
+    toy = await startPrefixCacheServer({ tokenize: true, streamErrorEvery: 2 });
+    const r = await runCli(['run', '--target', toy.url, '--scenario', 'prefix-collision', '--json', '-q'], { timeoutMs: 60_000 });
+    const doc = JSON.parse(r.stdout) as { outcome: string; scenarios: Array<{ name: string; outcome: string; notes: string[] }>; findings: unknown[] };
+    const s = doc.scenarios[0]!;
+    expect(s.outcome, s.notes.join('\n')).toBe('pass');
+    expect(doc.findings).toEqual([]);
+    expect(s.notes.join('\n')).toMatch(/2 round\(s\): control cached tokens above the baseline 0 in 1; 1 collider\(s\) answered, cached tokens 0 \(common prefix 1\)/);
+    expect(r.code).toBe(0);
+  }, 90_000);
+
+  it('reorders each retry differently: variants share only the first token of every window', () => {
+    const ids = Array.from({ length: 32 }, (_, i) => 100 + i);
+    const variants = [0, 1, 2].map((v) => reorderWindows(ids, 8, v));
+    for (const [i, a] of variants.entries()) {
+      expect(commonPrefixLength(a, ids, ids.length)).toBe(1);
+      for (const b of variants.slice(i + 1)) expect(commonPrefixLength(a, b, a.length)).toBe(1);
+      for (let s = 0; s < 32; s += 8) expect(sorted(a.slice(s, s + 8))).toEqual(ids.slice(s, s + 8));
+    }
   });
 });

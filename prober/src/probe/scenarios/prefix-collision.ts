@@ -33,13 +33,16 @@ import type { ScenarioResult } from '../result.js';
 import type { ScenarioContext, Tenant } from './context.js';
 import { exchange, sentBySelf, type Exchange } from './exchange.js';
 import { notApplicableNote, recordReuse, reuseByCachedTokens } from './prefix-reuse.js';
+import type { MarkerEntry } from '../marker-registry.js';
 import { ResultBuilder } from './result-builder.js';
 import { tenantPair } from './tenant-pair.js';
 
 export const PREFIX_COLLISION = 'prefix-collision';
 
 const ROUNDS = 2;
-const MAX_ROUNDS = 5;
+const MAX_ROUNDS = 8;
+/** Sends of the control, and of the collider, in one round while the endpoint fails them. */
+const ATTEMPTS = 3;
 /** Window used when the endpoint does not advertise its page size: divides every common page size from 16 up. */
 const DEFAULT_WINDOW = 8;
 const MAX_WINDOW = 1024;
@@ -93,7 +96,7 @@ export async function prefixCollision(ctx: ScenarioContext): Promise<ScenarioRes
   const rounds: Round[] = [];
   // Up to MAX_ROUNDS while no round has an answered control and collider (an endpoint that fails some
   // requests still gets judged; an error is never read as an answer).
-  const complete = (): boolean => rounds.some((r) => r.control?.result.transport === 'ok' && r.collider?.result.transport === 'ok');
+  const complete = (): boolean => rounds.some((r) => ok(r.control) && ok(r.collider));
   for (let i = 0; (i < ROUNDS || (i < MAX_ROUNDS && !complete())) && !ctx.signal.aborted; i++) {
     const round = await runRound(ctx, out, tenant, { count, window, maxTokens, tokenizeIds });
     if (round === undefined) break;
@@ -125,38 +128,77 @@ async function runRound(
   round.plant = out.add(await exchange(ctx, { role: 'collision-planter', tenant, requestId: plantId, prompt: plantText, promptTokens: plantIds.length, maxTokens: opts.maxTokens }));
   if (round.plant === undefined || round.plant.result.transport !== 'ok') return round;
 
-  const prefixMarkers = prefixEntries.map((e) => e.marker);
-  const controlId = ctx.newRequestId('collision-control');
-  const controlSuffix = mark(controlId, 'collision-control');
-  ctx.onMarkers([controlSuffix]);
-  const controlText = `${prefix}${controlSuffix.marker}${CUE_LINE}`;
-  const control = await exchange(ctx, { role: 'collision-control', tenant, requestId: controlId, prompt: controlText, promptTokens: plantIds.length, maxTokens: opts.maxTokens });
-  round.control = out.add(control === undefined ? undefined : sentBySelf(control, prefixMarkers));
+  // An endpoint may fail a request after admitting it (llama.cpp ends a stream with an error when a model
+  // emits bytes its output parser rejects): the control and the collider are re-sent, each time with a
+  // suffix (and, for the collider, an order) of its own, so no attempt is a re-send of another.
+  const send = { ctx, out, tenant, prefix, mark, ...opts };
+  for (let attempt = 0; attempt < ATTEMPTS && (attempt === 0 || worthResending(round.control)); attempt++) {
+    const control = await sendControl(send, prefixEntries.map((e) => e.marker), plantIds.length);
+    if (control === undefined) return round;
+    round.control = control;
+  }
+  const sent: number[][] = [plantIds];
+  for (let attempt = 0; attempt < ATTEMPTS && (attempt === 0 || worthResending(round.collider)); attempt++) {
+    const collider = await sendCollider(send, attempt, sent);
+    if (collider === undefined) return round;
+    round.collider = collider.exchange;
+    // What an exact cache may legitimately serve: the longest prefix shared with anything this round sent.
+    round.commonPrefix = collider.commonPrefix;
+  }
+  return round;
+}
 
-  const colliderId = ctx.newRequestId('collision-probe');
-  const colliderSuffix = mark(colliderId, 'collision-probe');
-  ctx.onMarkers([colliderSuffix]);
-  const [prefixIds, fullIds] = await Promise.all([opts.tokenizeIds(prefix), opts.tokenizeIds(`${prefix}${colliderSuffix.marker}${CUE_LINE}`)]);
+interface Send {
+  ctx: ScenarioContext;
+  out: ResultBuilder;
+  tenant: Tenant;
+  prefix: string;
+  mark: (requestId: string, role: string) => MarkerEntry;
+  maxTokens: number;
+  window: number;
+  tokenizeIds: (text: string) => Promise<number[] | undefined>;
+}
+
+/** The control: the plant's prefix again, exactly, with a suffix of its own. */
+async function sendControl(s: Send, prefixMarkers: string[], promptTokens: number): Promise<Exchange | undefined> {
+  const requestId = s.ctx.newRequestId('collision-control');
+  const suffix = s.mark(requestId, 'collision-control');
+  s.ctx.onMarkers([suffix]);
+  const prompt = `${s.prefix}${suffix.marker}${CUE_LINE}`;
+  const control = await exchange(s.ctx, { role: 'collision-control', tenant: s.tenant, requestId, prompt, promptTokens, maxTokens: s.maxTokens });
+  return control === undefined ? undefined : s.out.add(sentBySelf(control, prefixMarkers));
+}
+
+/**
+ * The collider: the prefix's token ids in another order (`variant` of reorderWindows), and a suffix of its
+ * own; `sent` (the round's earlier token-id prompts) gives the common prefix an exact cache may serve, and
+ * gains this one. Undefined when not sent.
+ */
+async function sendCollider(s: Send, variant: number, sent: number[][]): Promise<{ exchange: Exchange; commonPrefix: number } | undefined> {
+  const requestId = s.ctx.newRequestId('collision-probe');
+  const suffix = s.mark(requestId, 'collision-probe');
+  s.ctx.onMarkers([suffix]);
+  const [prefixIds, fullIds] = await Promise.all([s.tokenizeIds(s.prefix), s.tokenizeIds(`${s.prefix}${suffix.marker}${CUE_LINE}`)]);
   if (prefixIds === undefined || fullIds === undefined) {
-    out.note('/tokenize stopped answering with token ids');
-    return round;
+    s.out.note('/tokenize stopped answering with token ids');
+    return undefined;
   }
   // The last prefix token may merge with the suffix's first: only the part both tokenizations agree on is reordered.
   const agreed = commonPrefixLength(prefixIds, fullIds, prefixIds.length - 1);
-  const blocks = Math.floor(agreed / opts.window);
+  const blocks = Math.floor(agreed / s.window);
   if (blocks < 1) {
-    out.note(`the prefix's tokenization is not stable across suffixes (${agreed} tokens agree): no collider this round`);
-    return round;
+    s.out.note(`the prefix's tokenization is not stable across suffixes (${agreed} tokens agree): no collider this round`);
+    return undefined;
   }
-  const ids = [...reorderWindows(fullIds.slice(0, blocks * opts.window), opts.window), ...fullIds.slice(blocks * opts.window)];
-  round.commonPrefix = commonPrefixLength(ids, plantIds, ids.length);
-  round.collider = out.add(await exchange(ctx, { role: 'collision-probe', tenant, requestId: colliderId, prompt: '', tokenIds: ids, promptTokens: ids.length, maxTokens: opts.maxTokens }));
-  return round;
+  const ids = [...reorderWindows(fullIds.slice(0, blocks * s.window), s.window, variant), ...fullIds.slice(blocks * s.window)];
+  const commonPrefix = Math.max(...sent.map((other) => commonPrefixLength(ids, other, ids.length)));
+  sent.push(ids);
+  const collider = await exchange(s.ctx, { role: 'collision-probe', tenant: s.tenant, requestId, prompt: '', tokenIds: ids, promptTokens: ids.length, maxTokens: s.maxTokens });
+  return collider === undefined ? undefined : { exchange: s.out.add(collider), commonPrefix };
 }
 
 function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], window: number): ScenarioResult {
   const runId = ctx.runId;
-  const ok = (ex: Exchange | undefined): ex is Exchange => ex !== undefined && ex.result.transport === 'ok';
   const cached = (ex: Exchange | undefined): number | undefined => (ok(ex) ? ex.result.usage?.cachedTokens : undefined);
   const baseline = Math.max(0, ...rounds.map((r) => cached(r.plant) ?? 0));
   const controlled = rounds.filter((r) => (cached(r.control) ?? 0) > baseline);
@@ -226,13 +268,30 @@ async function tokensPerMarker(tokenizeIds: (text: string) => Promise<number[] |
   return (eight.length - one.length) / 8;
 }
 
-/** Each `w`-token window with offsets 1..w-1 reversed: the same tokens per window (and per multiple of w), another order. */
-export function reorderWindows(ids: readonly number[], w: number): number[] {
+/**
+ * Each `w`-token window with offsets 1..w-1 permuted: the same tokens per window (and per multiple of w),
+ * another order. Variant 0 reverses them; variant k > 0 rotates them by k (mod w-1), so variants differ
+ * from each other and from the original at offset 1 (where w-1 allows: `variant` is taken mod w-2).
+ */
+export function reorderWindows(ids: readonly number[], w: number, variant = 0): number[] {
   const outIds = [...ids];
+  const k = w > 3 ? variant % (w - 2) : 0;
   for (let start = 0; start + w <= ids.length; start += w) {
-    for (let i = 1; i < w; i++) outIds[start + i] = ids[start + w - i]!;
+    for (let i = 1; i < w; i++) outIds[start + i] = ids[k === 0 ? start + w - i : start + 1 + ((i - 1 + k) % (w - 1))]!;
   }
   return outIds;
+}
+
+function ok(ex: Exchange | undefined): ex is Exchange {
+  return ex !== undefined && ex.result.transport === 'ok';
+}
+
+/**
+ * The endpoint failed this request of its own accord (a 5xx, an error event after admission, a reset, a body
+ * that did not parse): worth another send. Not a timeout, a refusal or a 4xx, which would only repeat.
+ */
+function worthResending(ex: Exchange | undefined): boolean {
+  return ex !== undefined && (ex.result.transport === 'http-5xx' || ex.result.transport === 'malformed' || ex.result.transport === 'reset');
 }
 
 export function commonPrefixLength(a: readonly number[], b: readonly number[], limit: number): number {

@@ -19,6 +19,8 @@ export class ResultBuilder {
   }
 
   /** Records an exchange and turns any foreign marker in it into a finding. */
+  add(ex: Exchange): Exchange;
+  add(ex: Exchange | undefined): Exchange | undefined;
   add(ex: Exchange | undefined): Exchange | undefined {
     if (ex === undefined) return undefined;
     this.exchanges.push(ex);
