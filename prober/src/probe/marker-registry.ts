@@ -30,10 +30,14 @@
  *   cache-sized array; only the 1 in 8 to 16 positions that pass touch the table. Bits cannot be cleared,
  *   so `forget` rebuilds it from the live bodies. (16 bits per window measured slower at 100k markers:
  *   the larger bitset misses the cache more often than the extra table probes cost.)
- * - Memory is bounded per live marker: 26 body bytes, (27 - FRAG) windows x 2-4 slots x 8 bytes of table,
- *   1-2 bytes of prefilter per window, one frozen entry object and one Map entry. `npm run bench:scanner`
- *   prints the measured figure (about 720 bytes per marker at 100k, 410 of them typed arrays), so the
- *   default bound of 50,000 recent markers holds the index to about 36 MB.
+ * - Memory is bounded per live marker, and held in typed arrays: 26 body bytes, (27 - FRAG) windows x 2-4
+ *   slots x 8 bytes of table, 1-2 bytes of prefilter per window, 24 bytes of owner slot, index, time and
+ *   eviction sequence, 16 of eviction queue. Owners (run, request, role, tenant, time) are one shared object
+ *   per planting request, and a MarkerEntry is built when asked for (`entryAt`, `get`, a scanner hit) from
+ *   the owner and the body: no object, string or Map entry per marker (those were about 280 of the 770 bytes
+ *   a marker cost, measured at 50,000 markers planted 20 a request; now about 490). The default bound of
+ *   50,000 recent markers holds the index to about 25 MB. A live body is found through the window table
+ *   (its offset-0 window, then every character), not a Map.
  * - A window may belong to several markers (chance collisions are allowed, never assumed away): every slot
  *   holding the key is a hit.
  */
@@ -132,7 +136,7 @@ export interface MarkerRegistryOptions {
   lookupPlanting?: (requestNo: string) => PlantingRow | undefined;
   /**
    * Most markers kept in the fragment index; past it the oldest are evicted (their whole copies are still
-   * recognised by decryption). About 720 bytes each. @default 50000 (DEFAULT_MAX_RECENT_MARKERS)
+   * recognised by decryption). About 490 bytes each. @default 50000 (DEFAULT_MAX_RECENT_MARKERS)
    */
   maxRecentMarkers?: number;
   /** Most planting requests kept in memory, about 300 bytes each (older ones are looked up in the store). @default 16384 */
@@ -170,7 +174,12 @@ export interface WindowIndex {
   readonly refs: Int32Array;
   /** Body values (0..31), MARKER_BODY_LENGTH per marker index. */
   readonly bodies: Uint8Array;
-  readonly entries: ReadonlyArray<MarkerEntry | undefined>;
+  /**
+   * The entry of the marker at an index (a ref's `(ref - 1) >>> 5`), undefined if none lives there. Built
+   * on each call from the index's owner and body (nothing per marker is kept as an object): compare entries
+   * by `marker`, not identity.
+   */
+  entryAt(markerIndex: number): MarkerEntry | undefined;
 }
 
 export interface MarkerRegistry {
@@ -272,7 +281,12 @@ interface RegistrySetup {
 interface Planting {
   row: PlantingRow;
   plantedMs: number;
+  /** The owner slot this request's markers share, while it lives (checked by identity before reuse). */
+  owner?: { slot: number; value: Owner };
 }
+
+/** A marker's entry without the marker and its index: shared by every marker of one planting request. */
+type Owner = Readonly<MarkerOwner & { requestNo?: string }>;
 
 class Registry implements MarkerRegistry, WindowIndex {
   readonly fragmentLength: number;
@@ -284,15 +298,27 @@ class Registry implements MarkerRegistry, WindowIndex {
   bodies = new Uint8Array(64 * MARKER_BODY_LENGTH);
   filter = new Int32Array((1 << MIN_FILTER_LOG2) >>> 5);
   filterShift = 32 - MIN_FILTER_LOG2;
-  readonly entries: (MarkerEntry | undefined)[] = [];
-  private readonly plantedMs: number[] = [];
-  /** Insertion sequence of the marker at each index: the eviction queue's entries are (index, seq). */
-  private readonly seqs: number[] = [];
+  /**
+   * Per marker index, in typed arrays grown with `bodies` (no object, string or Map entry per marker: at the
+   * default bound those were about 16 MiB of a replica's heap): its owner's slot in `owners` (-1 = free),
+   * its index within its planting request (-1 = none given), when it was planted, and its insertion sequence
+   * (the eviction queue's entries are (index, seq)).
+   */
+  private ownerOf = new Int32Array(64).fill(-1);
+  private markerNo = new Int32Array(64);
+  private plantedMs = new Float64Array(64);
+  private seqs = new Float64Array(64);
+  /** Marker indices handed out so far (free ones included). */
+  private used = 0;
+  private live = 0;
+  /** Owners shared by the markers of one planting request, with how many live markers point at each. */
+  private readonly owners: (Owner | undefined)[] = [];
+  private readonly ownerRefs: number[] = [];
+  private readonly freeOwners: number[] = [];
   private queue: number[] = [];
   private queueHead = 0;
   private nextSeq = 0;
   private readonly freeIndices: number[] = [];
-  private readonly byBody = new Map<string, number>();
   /** Plantings by request number, oldest first (Map order), at most maxPlantings. */
   private readonly byNo = new Map<string, Planting>();
   /** runId NUL requestId -> the request's current planting number. */
@@ -315,7 +341,7 @@ class Registry implements MarkerRegistry, WindowIndex {
   }
 
   get size(): number {
-    return this.byBody.size;
+    return this.live;
   }
 
   get windowCount(): number {
@@ -342,11 +368,14 @@ class Registry implements MarkerRegistry, WindowIndex {
     }
     const index = planting.row.markerCount++;
     const marker = this.codec.encode(planting.row.requestNo, index);
-    const entry: MarkerEntry = Object.freeze({ marker, ...fields, plantedAt: planting.row.plantedAt, requestNo: planting.row.requestNo, index });
+    if (planting.owner === undefined || this.owners[planting.owner.slot] !== planting.owner.value) {
+      const value: Owner = Object.freeze({ ...fields, plantedAt: planting.row.plantedAt, requestNo: planting.row.requestNo });
+      planting.owner = { slot: this.newOwner(value), value };
+    }
     this.ensureCapacity(1);
-    this.insert(marker.slice(MARKER_PREFIX.length), entry, planting.plantedMs);
+    const at = this.insert(marker.slice(MARKER_PREFIX.length), planting.owner.slot, index, planting.plantedMs);
     this.evictOverflow();
-    return entry;
+    return this.entryAt(at)!;
   }
 
   addPlantings(rows: Iterable<PlantingRow>): number {
@@ -362,11 +391,12 @@ class Registry implements MarkerRegistry, WindowIndex {
     this.ensureCapacity(markers);
     for (const p of checked.slice(from)) {
       const { requestNo, markerCount, ...owner } = p.row;
+      let slot: number | undefined;
       for (let index = 0; index < markerCount; index++) {
-        const marker = this.codec.encode(requestNo, index);
-        const body = marker.slice(MARKER_PREFIX.length);
-        if (this.byBody.has(body)) continue;
-        this.insert(body, Object.freeze({ marker, ...owner, requestNo, index }), p.plantedMs);
+        const body = this.codec.encode(requestNo, index).slice(MARKER_PREFIX.length);
+        if (this.indexOfBody(body) >= 0) continue;
+        slot ??= this.newOwner(Object.freeze({ ...owner, requestNo }));
+        this.insert(body, slot, index, p.plantedMs);
       }
     }
     this.evictOverflow();
@@ -407,8 +437,8 @@ class Registry implements MarkerRegistry, WindowIndex {
       const extra = row.requestNo !== undefined && row.index !== undefined ? { requestNo: row.requestNo, index: row.index } : {};
       const entry: MarkerEntry = Object.freeze({ marker, ...fields, plantedAt: new Date(ms).toISOString(), ...extra });
       const body = marker.slice(MARKER_PREFIX.length);
-      const existingIndex = this.byBody.get(body);
-      const existing = existingIndex === undefined ? fresh.get(body)?.entry : this.entries[existingIndex];
+      const existingIndex = this.indexOfBody(body);
+      const existing = existingIndex < 0 ? fresh.get(body)?.entry : this.entryAt(existingIndex);
       if (existing !== undefined) {
         if (!sameOwner(existing, entry)) {
           throw new MarkerError(
@@ -422,7 +452,10 @@ class Registry implements MarkerRegistry, WindowIndex {
       fresh.set(body, { entry, ms });
     }
     this.ensureCapacity(fresh.size);
-    for (const [body, { entry, ms }] of fresh) this.insert(body, entry, ms);
+    for (const [body, { entry, ms }] of fresh) {
+      const { marker: _marker, index, ...owner } = entry;
+      this.insert(body, this.newOwner(Object.freeze(owner)), index ?? -1, ms);
+    }
     this.evictOverflow();
     return fresh.size;
   }
@@ -430,15 +463,15 @@ class Registry implements MarkerRegistry, WindowIndex {
   get(marker: string): MarkerEntry | undefined {
     const body = markerBody(marker);
     if (body === undefined) return undefined;
-    const index = this.byBody.get(body);
-    if (index !== undefined) return this.entries[index];
+    const index = this.indexOfBody(body);
+    if (index >= 0) return this.entryAt(index);
     const d = this.codec.decode(body);
     return d === undefined ? undefined : this.entryOf(body, d.requestNo, d.index);
   }
 
   isRecent(marker: string): boolean {
     const body = markerBody(marker);
-    return body !== undefined && this.byBody.has(body);
+    return body !== undefined && this.indexOfBody(body) >= 0;
   }
 
   lookup(window: string): WindowHit[] {
@@ -459,7 +492,7 @@ class Registry implements MarkerRegistry, WindowIndex {
       const ref = this.refs[s]!;
       if (ref === 0) break;
       if (this.los[s] === lo && windowHi(this, ref) === hi) {
-        const entry = this.entries[(ref - 1) >>> 5];
+        const entry = this.entryAt((ref - 1) >>> 5);
         if (entry !== undefined) hits.push({ entry, offset: (ref - 1) & 31 });
       }
     }
@@ -469,8 +502,8 @@ class Registry implements MarkerRegistry, WindowIndex {
   forget(olderThan: Date | string | number): number {
     const cutoff = toMillis(olderThan, 'olderThan');
     let dropped = 0;
-    for (let index = 0; index < this.entries.length; index++) {
-      if (this.entries[index] === undefined || !(this.plantedMs[index]! < cutoff)) continue;
+    for (let index = 0; index < this.used; index++) {
+      if (this.ownerOf[index]! < 0 || !(this.plantedMs[index]! < cutoff)) continue;
       this.removeIndex(index);
       dropped++;
     }
@@ -482,14 +515,56 @@ class Registry implements MarkerRegistry, WindowIndex {
 
   rows(): MarkerEntry[] {
     const out: MarkerEntry[] = [];
-    for (const entry of this.entries) if (entry !== undefined) out.push({ ...entry });
+    for (let index = 0; index < this.used; index++) {
+      const entry = this.entryAt(index);
+      if (entry !== undefined) out.push({ ...entry });
+    }
     return out;
+  }
+
+  entryAt(markerIndex: number): MarkerEntry | undefined {
+    const slot = markerIndex < this.used ? this.ownerOf[markerIndex]! : -1;
+    if (slot < 0) return undefined;
+    const { requestNo, ...owner } = this.owners[slot]!;
+    let marker = MARKER_PREFIX;
+    const base = markerIndex * MARKER_BODY_LENGTH;
+    for (let k = 0; k < MARKER_BODY_LENGTH; k++) marker += BASE32_ALPHABET[this.bodies[base + k]!];
+    const index = this.markerNo[markerIndex]!;
+    return Object.freeze({ marker, ...owner, ...(requestNo !== undefined && index >= 0 ? { requestNo, index } : {}) });
+  }
+
+  /** The index of the live marker with this body (lowercase, no prefix), or -1: its offset-0 window in the table, then every character. */
+  private indexOfBody(body: string): number {
+    const frag = this.fragmentLength;
+    let hi = 0;
+    let lo = 0;
+    for (let k = 0; k < frag; k++) {
+      hi = ((hi << 5) | (lo >>> 25)) & this.hiMask;
+      lo = ((lo << 5) | base32Value(body.charCodeAt(k))) & LO_MASK;
+    }
+    for (let s = Math.imul(lo, HASH_MULTIPLIER) >>> this.shift; ; s = (s + 1) & this.mask) {
+      const ref = this.refs[s]!;
+      if (ref === 0) return -1;
+      if (((ref - 1) & 31) !== 0 || this.los[s] !== lo || windowHi(this, ref) !== hi) continue;
+      const index = (ref - 1) >>> 5;
+      const base = index * MARKER_BODY_LENGTH;
+      let k = frag;
+      while (k < MARKER_BODY_LENGTH && this.bodies[base + k] === base32Value(body.charCodeAt(k))) k++;
+      if (k === MARKER_BODY_LENGTH) return index;
+    }
+  }
+
+  private newOwner(owner: Owner): number {
+    const slot = this.freeOwners.pop() ?? this.owners.length;
+    this.owners[slot] = owner;
+    this.ownerRefs[slot] = 0;
+    return slot;
   }
 
   /** The entry of a decrypted marker: from the fragment index, else its planting's owner (memory, store, unknown). */
   private entryOf(body: string, requestNo: string, index: number): MarkerEntry {
-    const recent = this.byBody.get(body);
-    if (recent !== undefined) return this.entries[recent]!;
+    const recent = this.indexOfBody(body);
+    if (recent >= 0) return this.entryAt(recent)!;
     let row = this.byNo.get(requestNo)?.row;
     if (row === undefined && this.setup.lookup !== undefined) {
       try {
@@ -531,12 +606,12 @@ class Registry implements MarkerRegistry, WindowIndex {
   /** Past maxRecent live markers, evict the oldest down to 7/8 of it (one filter rebuild per batch). */
   private evictOverflow(): void {
     const max = this.setup.maxRecent;
-    if (this.byBody.size <= max) return;
+    if (this.live <= max) return;
     const keep = Math.max(1, max - (max >> 3));
-    while (this.byBody.size > keep && this.queueHead < this.queue.length) {
+    while (this.live > keep && this.queueHead < this.queue.length) {
       const index = this.queue[this.queueHead++]!;
       const seq = this.queue[this.queueHead++]!;
-      if (this.entries[index] !== undefined && this.seqs[index] === seq) this.removeIndex(index);
+      if (this.ownerOf[index]! >= 0 && this.seqs[index] === seq) this.removeIndex(index);
     }
     if (this.queueHead > 4096 && this.queueHead * 2 > this.queue.length) {
       this.queue = this.queue.slice(this.queueHead);
@@ -546,37 +621,52 @@ class Registry implements MarkerRegistry, WindowIndex {
   }
 
   private removeIndex(index: number): void {
-    const entry = this.entries[index]!;
+    const slot = this.ownerOf[index]!;
     for (let offset = 0; offset < this.windowsPerMarker; offset++) this.removeWindow(index, offset);
-    this.byBody.delete(entry.marker.slice(MARKER_PREFIX.length));
-    this.entries[index] = undefined;
+    this.ownerOf[index] = -1;
+    this.live--;
+    if (--this.ownerRefs[slot]! === 0) {
+      this.owners[slot] = undefined;
+      this.freeOwners.push(slot);
+    }
     this.freeIndices.push(index);
   }
 
-  private insert(body: string, entry: MarkerEntry, plantedMs: number): void {
+  /** Registers a body under an owner slot; returns its marker index. */
+  private insert(body: string, ownerSlot: number, markerNo: number, plantedMs: number): number {
     let index = this.freeIndices.pop();
     if (index === undefined) {
-      index = this.entries.length;
+      index = this.used++;
       if (index >= MAX_MARKERS) throw new MarkerError('KVC_MARKER_OPTION', `registry full: at most ${MAX_MARKERS} live markers`);
-      this.entries.push(undefined);
-      this.plantedMs.push(0);
-      this.seqs.push(0);
-      if ((index + 1) * MARKER_BODY_LENGTH > this.bodies.length) {
-        const grown = new Uint8Array(this.bodies.length * 2);
-        grown.set(this.bodies);
-        this.bodies = grown;
-      }
+      if (index >= this.ownerOf.length) this.growIndices();
     }
     const base = index * MARKER_BODY_LENGTH;
     for (let k = 0; k < MARKER_BODY_LENGTH; k++) this.bodies[base + k] = base32Value(body.charCodeAt(k));
-    this.entries[index] = entry;
+    this.ownerOf[index] = ownerSlot;
+    this.ownerRefs[ownerSlot]!++;
+    this.markerNo[index] = markerNo;
     this.plantedMs[index] = plantedMs;
     const seq = this.nextSeq++;
     this.seqs[index] = seq;
     this.queue.push(index, seq);
-    this.byBody.set(body, index);
+    this.live++;
     for (let offset = 0; offset < this.windowsPerMarker; offset++) this.insertWindow(index, offset);
     this.windows += this.windowsPerMarker;
+    return index;
+  }
+
+  /** Doubles the per-index arrays and `bodies`. */
+  private growIndices(): void {
+    const n = this.ownerOf.length * 2;
+    const grow = <T extends Int32Array | Float64Array | Uint8Array>(from: T, to: T): T => {
+      to.set(from);
+      return to;
+    };
+    this.ownerOf = grow(this.ownerOf, new Int32Array(n).fill(-1));
+    this.markerNo = grow(this.markerNo, new Int32Array(n));
+    this.plantedMs = grow(this.plantedMs, new Float64Array(n));
+    this.seqs = grow(this.seqs, new Float64Array(n));
+    this.bodies = grow(this.bodies, new Uint8Array(n * MARKER_BODY_LENGTH));
   }
 
   /** Keep the table at most half full, and the filter at FILTER_BITS_PER_WINDOW, after adding `markers` more. */
@@ -592,8 +682,8 @@ class Registry implements MarkerRegistry, WindowIndex {
     this.mask = (1 << log2) - 1;
     this.los = new Int32Array(1 << log2);
     this.refs = new Int32Array(1 << log2);
-    for (let index = 0; index < this.entries.length; index++) {
-      if (this.entries[index] === undefined) continue;
+    for (let index = 0; index < this.used; index++) {
+      if (this.ownerOf[index]! < 0) continue;
       for (let offset = 0; offset < this.windowsPerMarker; offset++) this.insertWindow(index, offset);
     }
   }
@@ -604,8 +694,8 @@ class Registry implements MarkerRegistry, WindowIndex {
     while (2 ** log2 < windows * FILTER_BITS_PER_WINDOW) log2++;
     this.filterShift = 32 - log2;
     this.filter = new Int32Array(2 ** (log2 - 5));
-    for (let index = 0; index < this.entries.length; index++) {
-      if (this.entries[index] === undefined) continue;
+    for (let index = 0; index < this.used; index++) {
+      if (this.ownerOf[index]! < 0) continue;
       for (let offset = 0; offset < this.windowsPerMarker; offset++) this.setFilterBit(index, offset);
     }
   }

@@ -481,7 +481,7 @@ class Session implements ScanSession {
 
   /** A window ending at chunk index `at` agrees with a marker body: open a segment unless one covers it. */
   private hit(ref: number, at: number, chunk: string, n: number): void {
-    const entry = this.ix.entries[(ref - 1) >>> 5];
+    const entry = this.ix.entryAt((ref - 1) >>> 5);
     if (entry === undefined) return;
     const bodyOffset = (ref - 1) & 31;
     const lastAbs = this.chunkStart + at;
@@ -490,7 +490,7 @@ class Session implements ScanSession {
     // one: drop those, or a chunk repeating one marker thousands of times would make this quadratic.
     if (this.segs.length > 8) this.segs = this.segs.filter((seg) => !seg.closed || seg.start + seg.length > start);
     for (const seg of this.segs) {
-      if (seg.entry === entry && seg.start - seg.bodyOffset === start - bodyOffset && lastAbs < seg.start + seg.length) return;
+      if (seg.entry.marker === entry.marker && seg.start - seg.bodyOffset === start - bodyOffset && lastAbs < seg.start + seg.length) return;
     }
     const seg: Segment = { entry, body: entry.marker.slice(MARKER_PREFIX.length), bodyOffset, start, length: this.frag, closed: false };
     this.segs.push(seg);
