@@ -41,6 +41,7 @@ const AGREED_METRICS = {
   kvcanary_last_run_timestamp_seconds: 'gauge',
   kvcanary_last_run_outcome: 'gauge',
   kvcanary_inconclusive_streak: 'gauge',
+  kvcanary_last_run_findings: 'gauge',
   kvcanary_target_context_limit_tokens: 'gauge',
   kvcanary_target_pool_capacity_tokens: 'gauge',
   kvcanary_target_up: 'gauge',
@@ -337,6 +338,7 @@ async function startFixtureExporter(): Promise<{ url: string; hostPort: string; 
   const skipped = new Counter({ name: 'kvcanary_runs_skipped_total', help: 'Scheduled runs not started', labelNames: ['target', 'reason'], registers: [registry] });
   const budget = new Gauge({ name: 'kvcanary_budget_tokens_remaining', help: 'Tokens left in the hourly budget', labelNames: ['target'], registers: [registry] });
   const interval = new Gauge({ name: 'kvcanary_scenario_interval_seconds', help: 'How often the scenario is due', labelNames: ['target', 'scenario'], registers: [registry] });
+  const lastFindings = new Gauge({ name: 'kvcanary_last_run_findings', help: 'Unacknowledged findings in the last run of a scenario', labelNames: ['target', 'scenario', 'kind'], registers: [registry] });
 
   const spent = new Map<string, number>();
   const streaks = new Map<string, number>();
@@ -370,6 +372,7 @@ async function startFixtureExporter(): Promise<{ url: string; hostPort: string; 
         streaks.set(key, s.outcome === 'inconclusive' ? (streaks.get(key) ?? 4) + 1 : 0);
         streak.set({ target, scenario }, streaks.get(key) ?? 0);
         for (const f of s.findings ?? []) findings.inc({ target, scenario, ...f });
+        for (const f of s.findings ?? []) lastFindings.set({ target, scenario, kind: f.kind }, 1);
         probeDuration.observe({ target, scenario }, t.up ? 3 + Math.random() * 20 : 30);
         if (t.up) {
           tokensSent.inc({ target, scenario }, 40_000);

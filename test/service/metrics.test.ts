@@ -19,6 +19,7 @@ const AGREED = {
   kvcanary_last_run_timestamp_seconds: 'gauge',
   kvcanary_last_run_outcome: 'gauge',
   kvcanary_inconclusive_streak: 'gauge',
+  kvcanary_last_run_findings: 'gauge',
   kvcanary_target_context_limit_tokens: 'gauge',
   kvcanary_target_pool_capacity_tokens: 'gauge',
   kvcanary_target_up: 'gauge',
@@ -156,6 +157,30 @@ describe('metrics', () => {
     expect(text).not.toContain(MARKER);
     expect(text).not.toContain('run-1');
     expect(text).not.toContain('secret text');
+  });
+
+  it('holds the last run\'s unacknowledged findings per kind until a later run of that scenario finds none, across a restart', async () => {
+    const reg = new Registry();
+    const m = createMetrics(reg);
+    const last = (kind: string) => sample(reg, 'kvcanary_last_run_findings', { target: 'prod', scenario: 'abort-race', kind });
+    const leak = (acknowledged?: string) => ({
+      ...makeFinding('cross-request-leak', 'abort-race', { match: 'kvcanary-…' }),
+      ...(acknowledged !== undefined ? { acknowledged } : {}),
+    });
+    observeRun(m, probeRun([{ ...scen('abort-race', 'fail'), findings: [leak(), leak(), leak('silence 1')] }]));
+    expect(await last('cross-request-leak')).toBe(2);
+    observeRun(m, probeRun([scen('overlimit-handoff', 'pass')])); // another scenario's run changes nothing
+    expect(await last('cross-request-leak')).toBe(2);
+    observeRun(m, probeRun([scen('abort-race', 'pass')]));
+    expect(await last('cross-request-leak')).toBe(0);
+    observeRun(m, probeRun([{ ...scen('abort-race', 'fail'), findings: [leak('silence 1')] }]));
+    expect(await last('cross-request-leak')).toBe(0);
+
+    const restarted = new Registry();
+    const m2 = createMetrics(restarted);
+    seedScenarioState(m2, { target: 'prod', scenario: 'abort-race', outcome: 'fail', at: '2026-01-01T00:00:00Z', inconclusiveStreak: 0, findingCounts: { 'cross-request-leak': 1, 'no-such-kind': 2 } });
+    expect(await sample(restarted, 'kvcanary_last_run_findings', { target: 'prod', scenario: 'abort-race', kind: 'cross-request-leak' })).toBe(1);
+    expect(await sample(restarted, 'kvcanary_last_run_findings', { target: 'prod', scenario: 'abort-race', kind: 'unknown' })).toBe(2);
   });
 
   it('counts inconclusive streaks and resets them on a pass or fail', async () => {

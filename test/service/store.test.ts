@@ -229,6 +229,19 @@ describe('store: runs, findings, markers', () => {
     store.close();
   });
 
+  it('gives each scenario\'s latest run its unacknowledged findings per kind (what a restart restores for the alerts)', () => {
+    const store = fresh();
+    store.recordRun(run('r1', '2026-01-01T00:00:00Z', [scenario('abort-race', 'fail', [leak(), leak()])]));
+    store.recordRun(run('r2', '2026-01-01T00:05:00Z', [scenario('capacity-audit', 'pass')]));
+    const counts = () => Object.fromEntries(store.latestPerTarget()[0]!.scenarios.map((s) => [s.scenario, s.findingCounts]));
+    expect(counts()).toEqual({ 'abort-race': { 'cross-request-leak': 2 }, 'capacity-audit': {} });
+    store.recordRun(run('r3', '2026-01-01T01:00:00Z', [scenario('abort-race', 'fail', [leak(), { ...leak(), acknowledged: 'silence 1' }])]));
+    expect(counts()['abort-race']).toEqual({ 'cross-request-leak': 1 });
+    store.recordRun(run('r4', '2026-01-01T02:00:00Z', [scenario('abort-race', 'pass')]));
+    expect(counts()['abort-race']).toEqual({});
+    store.close();
+  });
+
   it('writes a run in one transaction: a bad scenario leaves nothing behind', () => {
     const store = fresh();
     const bad = run('r1', '2026-01-01T00:00:00Z', [scenario('overlimit-handoff', 'fail', [leak()]), scenario('abort-race', 'maybe' as 'pass')]);

@@ -57,6 +57,11 @@ export interface Metrics {
   lastRunTimestamp: Gauge<'target' | 'scenario'>;
   lastRunOutcome: Gauge<'target' | 'scenario' | 'outcome'>;
   inconclusiveStreak: Gauge<'target' | 'scenario'>;
+  /**
+   * Findings of each kind in the scenario's last run that no silence acknowledged, 0 once a later run of it
+   * finds none: the finding alerts hold on this between the runs of an hourly scenario.
+   */
+  lastRunFindings: Gauge<'target' | 'scenario' | 'kind'>;
   contextLimit: Gauge<'target'>;
   poolCapacity: Gauge<'target'>;
   targetUp: Gauge<'target'>;
@@ -66,6 +71,8 @@ export interface Metrics {
   scenarioInterval: Gauge<'target' | 'scenario'>;
   /** Consecutive inconclusive runs per target/scenario (the gauge's source of truth). */
   streaks: Map<string, number>;
+  /** The kinds kvcanary_last_run_findings has a series for, per target/scenario. */
+  lastRunKinds: Map<string, Set<string>>;
 }
 
 export function createMetrics(registry: Registry): Metrics {
@@ -84,6 +91,7 @@ export function createMetrics(registry: Registry): Metrics {
     lastRunTimestamp: new Gauge({ name: 'kvcanary_last_run_timestamp_seconds', help: 'Unix time of the last completed scenario run.', labelNames: ['target', 'scenario'], registers }),
     lastRunOutcome: new Gauge({ name: 'kvcanary_last_run_outcome', help: 'State set: 1 for the outcome of the last scenario run (pass, fail, inconclusive, not_applicable), 0 for the others.', labelNames: ['target', 'scenario', 'outcome'], registers }),
     inconclusiveStreak: new Gauge({ name: 'kvcanary_inconclusive_streak', help: 'Consecutive inconclusive runs of a scenario (0 after a pass or fail).', labelNames: ['target', 'scenario'], registers }),
+    lastRunFindings: new Gauge({ name: 'kvcanary_last_run_findings', help: 'Findings of a kind in the last run of a scenario that no silence acknowledged (0 once a later run finds none of that kind).', labelNames: ['target', 'scenario', 'kind'], registers }),
     contextLimit: new Gauge({ name: 'kvcanary_target_context_limit_tokens', help: 'Context limit the target advertises (absent if unknown).', labelNames: ['target'], registers }),
     poolCapacity: new Gauge({ name: 'kvcanary_target_pool_capacity_tokens', help: 'KV pool capacity of the target (absent if not exposed).', labelNames: ['target'], registers }),
     targetUp: new Gauge({ name: 'kvcanary_target_up', help: '1 if the last probe cycle reached the endpoint, else 0.', labelNames: ['target'], registers }),
@@ -91,6 +99,7 @@ export function createMetrics(registry: Registry): Metrics {
     budgetRemaining: new Gauge({ name: 'kvcanary_budget_tokens_remaining', help: 'Tokens left in the target\'s current hourly budget.', labelNames: ['target'], registers }),
     scenarioInterval: new Gauge({ name: 'kvcanary_scenario_interval_seconds', help: 'How often the scenario is due against the target: its cost tier (schedule.scenarios) or else the cycle interval.', labelNames: ['target', 'scenario'], registers }),
     streaks: new Map(),
+    lastRunKinds: new Map(),
   };
 }
 
@@ -131,8 +140,22 @@ export function observeSchedules(m: Metrics, targets: readonly { name: string; s
   }
 }
 
-/** Restores the last-run gauges after a restart from what the store knows, so no alert fires on a restart. */
-export function seedScenarioState(m: Metrics, s: { target: string; scenario: string; outcome: Outcome; at: string; inconclusiveStreak: number }): void {
+/**
+ * Restores the last-run gauges after a restart from what the store knows, so no alert fires on a restart and
+ * none that was firing resolves.
+ */
+export function seedScenarioState(
+  m: Metrics,
+  s: { target: string; scenario: string; outcome: Outcome; at: string; inconclusiveStreak: number; findingCounts?: Readonly<Record<string, number>> },
+): void {
+  if (s.findingCounts !== undefined) {
+    const counts: Record<string, number> = {};
+    for (const [kind, n] of Object.entries(s.findingCounts)) {
+      const k = Object.hasOwn(FINDING_KINDS, kind) ? kind : 'unknown';
+      counts[k] = (counts[k] ?? 0) + n;
+    }
+    setLastRunFindings(m, s.target, s.scenario, counts);
+  }
   const at = Date.parse(s.at);
   if (Number.isFinite(at)) m.lastRunTimestamp.set({ target: s.target, scenario: s.scenario }, at / 1000);
   for (const outcome of OUTCOMES) m.lastRunOutcome.set({ target: s.target, scenario: s.scenario, outcome: outcomeLabel(outcome) }, outcome === s.outcome ? 1 : 0);
@@ -143,7 +166,7 @@ export function seedScenarioState(m: Metrics, s: { target: string; scenario: str
 /** Removes every series of a target (it left the config), so it neither lingers on dashboards nor alerts as stale. */
 export async function forgetTarget(m: Metrics, target: string): Promise<void> {
   const all = [m.probeRuns, m.probeCycles, m.findings, m.findingsAcknowledged, m.probeDuration, m.requestDuration, m.timeToFirstToken, m.requests,
-    m.tokensSent, m.tokensBilled, m.lastRunTimestamp, m.lastRunOutcome, m.inconclusiveStreak, m.contextLimit, m.poolCapacity,
+    m.tokensSent, m.tokensBilled, m.lastRunTimestamp, m.lastRunOutcome, m.inconclusiveStreak, m.lastRunFindings, m.contextLimit, m.poolCapacity,
     m.targetUp, m.runsSkipped, m.budgetRemaining] as const;
   for (const metric of all) {
     const { values } = await metric.get();
@@ -159,6 +182,27 @@ export async function forgetTarget(m: Metrics, target: string): Promise<void> {
     }
   }
   for (const k of [...m.streaks.keys()]) if (k.startsWith(`${target}\u0000`)) m.streaks.delete(k);
+  for (const k of [...m.lastRunKinds.keys()]) if (k.startsWith(`${target}\u0000`)) m.lastRunKinds.delete(k);
+}
+
+/** Unacknowledged findings per kind (unknown kinds as `unknown`, as kvcanary_findings_total counts them). */
+export function countByKind(findings: readonly Finding[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const f of findings) {
+    if (f.acknowledged !== undefined) continue;
+    const kind = Object.hasOwn(FINDING_KINDS, f.kind) ? f.kind : 'unknown';
+    counts[kind] = (counts[kind] ?? 0) + 1;
+  }
+  return counts;
+}
+
+/** kvcanary_last_run_findings for one scenario run: its counts, and 0 for every kind an earlier run had. */
+function setLastRunFindings(m: Metrics, target: string, scenario: string, counts: Readonly<Record<string, number>>): void {
+  const k = key(target, scenario);
+  const kinds = m.lastRunKinds.get(k) ?? new Set<string>();
+  for (const kind of Object.keys(counts)) kinds.add(kind);
+  for (const kind of kinds) m.lastRunFindings.set({ target, scenario, kind }, counts[kind] ?? 0);
+  if (kinds.size > 0) m.lastRunKinds.set(k, kinds);
 }
 
 /** Counts findings (also those that arrive after their cycle was recorded). */
@@ -195,6 +239,7 @@ export function observeRun(m: Metrics, run: ProbeRun): void {
     m.streaks.set(k, streak);
     m.inconclusiveStreak.set({ target, scenario }, streak);
     observeFindings(m, target, s.findings);
+    setLastRunFindings(m, target, scenario, countByKind(s.findings));
     for (const r of s.requests) {
       const role = roleLabel(r.role);
       const transport = (TRANSPORTS as readonly string[]).includes(r.transport) ? r.transport : 'malformed';

@@ -220,7 +220,7 @@ function restoreGauges(store: Store, metrics: Metrics, config: ServiceConfig, on
     if (target === undefined || (only !== undefined && !only.has(t.target))) continue;
     for (const s of t.scenarios) {
       if (!target.scenarios.includes(s.scenario)) continue;
-      seedScenarioState(metrics, { target: t.target, scenario: s.scenario, outcome: s.outcome, at: s.at, inconclusiveStreak: s.inconclusiveStreak });
+      seedScenarioState(metrics, { target: t.target, scenario: s.scenario, outcome: s.outcome, at: s.at, inconclusiveStreak: s.inconclusiveStreak, findingCounts: s.findingCounts });
     }
     metrics.targetUp.set({ target: t.target }, t.lastRun.up ? 1 : 0);
     if (t.lastRun.capacity.contextTokens !== undefined) metrics.contextLimit.set({ target: t.target }, t.lastRun.capacity.contextTokens);

@@ -110,6 +110,8 @@ export interface ScenarioLatest {
   notes: string[];
   /** Consecutive inconclusive runs of this scenario up to and including the latest (0 after a pass or fail). */
   inconclusiveStreak: number;
+  /** Findings of the latest run of this scenario that no silence acknowledged, per kind. */
+  findingCounts: Record<string, number>;
   tokens: { sent: number; billed: number };
   power?: Power;
   reason?: InconclusiveReason;
@@ -837,13 +839,16 @@ export function openStore(opts: StoreOptions): Store {
               AND r3.started_at > coalesce((SELECT max(r4.started_at) FROM scenario_runs s4 JOIN runs r4 ON r4.run_id = s4.run_id
                 WHERE r4.target = ranked.target AND s4.scenario = ranked.scenario AND s4.outcome != 'inconclusive'), '')) AS streak
         FROM ranked WHERE rn = 1 ORDER BY target, scenario`).all() as (ScenarioRow & { target: string; finished_at: string; streak: number })[];
+      const countsOf = db.prepare('SELECT kind, count(*) AS n FROM findings WHERE run_id = ? AND scenario = ? AND acknowledged IS NULL GROUP BY kind');
+      const findingCounts = (runId: string, scenario: string): Record<string, number> =>
+        Object.fromEntries((countsOf.all(runId, scenario) as { kind: string; n: number }[]).map((r) => [r.kind, r.n]));
       const summaries = toSummaries(lastRuns);
       return summaries.map((lastRun) => ({
         target: lastRun.target,
         lastRun,
         scenarios: latest.filter((s) => s.target === lastRun.target).map((s) => ({
           scenario: s.scenario, outcome: s.outcome, runId: s.run_id, at: s.finished_at, notes: JSON.parse(s.notes) as string[],
-          inconclusiveStreak: s.streak, tokens: { sent: s.tokens_sent, billed: s.tokens_billed },
+          inconclusiveStreak: s.streak, findingCounts: findingCounts(s.run_id, s.scenario), tokens: { sent: s.tokens_sent, billed: s.tokens_billed },
           ...(s.power !== null ? { power: JSON.parse(s.power) as Power } : {}),
           ...(s.reason !== null ? { reason: s.reason as InconclusiveReason } : {}),
         })),
