@@ -9,7 +9,10 @@
  * detection when it raised `cross-request-leak`. Recall is shown with its 95% Wilson interval; the twins'
  * false-positive rate with its exact one-sided 95% bound.
  *
- *   npx tsx bench/races.ts [--runs N] [--cells NAME,...] [--scenario NAME] [--out FILE]
+ *   npx tsx bench/races.ts [--runs N] [--cells NAME,...] [--scenario NAME] [--fresh] [--out FILE]
+ *
+ * `--fresh`: a new engine and a new installation for every run — the first contact with an endpoint, where
+ * no earlier run's marker can be in its host tier or cache, so every detection is of this run's own markers.
  *
  * Writes bench/races.json (or --out) and prints a table. Run it on a quiet machine (`nice -n 10` on a shared
  * one): the races depend on timing.
@@ -62,7 +65,8 @@ const runs = Number(arg('runs') ?? 30);
 const scenario = arg('scenario') ?? 'abort-race';
 const wanted = arg('cells')?.split(',');
 const cells = allCells().filter((c) => wanted === undefined || wanted.includes(c.name));
-const out = arg('out') ?? 'bench/races.json';
+const fresh = process.argv.includes('--fresh');
+const out = arg('out') ?? (fresh ? 'bench/races-fresh.json' : 'bench/races.json');
 
 const target = (url: string): TargetConfig => ({
   name: 'bench',
@@ -78,26 +82,47 @@ const RETENTION_MS = 7 * 86_400_000;
 const command = `npx tsx bench/races.ts ${process.argv.slice(2).join(' ')}`.trim();
 const loadAtStart = loadavg()[0]!;
 const rows = [];
-for (const cell of cells) {
+/** One installation (key and run store) against one engine: as many runs as its caller makes. */
+async function openInstallation(cell: Cell) {
   const engine = await startEngine({ ...cell.engine, log: () => {} });
   const home = mkdtempSync(join(tmpdir(), 'kvc-races-'));
   const store = openStore({ path: join(home, 'runs.sqlite'), retentionMs: RETENTION_MS });
+  return {
+    /** One run, as `kvcanary run --scenario` does: a fresh registry over the installation's key and store. */
+    async run(i: number) {
+      const registry = createInstallationRegistry({ store, since: Date.now() - RETENTION_MS, keyFile: join(home, 'marker.key') });
+      const run = await runProbe(
+        { registry, scanner: createScanner(registry), onMarkers: persistPlantings(store) },
+        { target: target(engine.url), scenarios: [scenario], runId: `races-${i}`, signal: new AbortController().signal, tokenBudget: 1e12 },
+      );
+      store.recordRun(run);
+      return run.scenarios[0]!;
+    },
+    async close() {
+      await engine.close();
+      store.close();
+      rmSync(home, { recursive: true, force: true });
+    },
+  };
+}
+
+for (const cell of cells) {
   let detected = 0;
   let earlier = 0;
   let passed = 0;
   const durations: number[] = [];
   const confidences: number[] = [];
+  let installation = fresh ? undefined : await openInstallation(cell);
   try {
     for (let i = 0; i < runs; i++) {
-      const registry = createInstallationRegistry({ store, since: Date.now() - RETENTION_MS, keyFile: join(home, 'marker.key') });
+      installation ??= await openInstallation(cell);
       const t0 = performance.now();
-      const run = await runProbe(
-        { registry, scanner: createScanner(registry), onMarkers: persistPlantings(store) },
-        { target: target(engine.url), scenarios: [scenario], runId: `races-${i}`, signal: new AbortController().signal, tokenBudget: 1e12 },
-      );
+      const s = await installation.run(i);
       durations.push(performance.now() - t0);
-      const s = run.scenarios[0]!;
-      store.recordRun(run);
+      if (fresh) {
+        await installation.close();
+        installation = undefined;
+      }
       const leaks = s.findings.filter((f) => f.kind === 'cross-request-leak');
       if (leaks.length > 0) detected++;
       if (leaks.length > 0 && leaks.every((f) => f.evidence.planted?.by !== 'this-run')) earlier++;
@@ -105,9 +130,7 @@ for (const cell of cells) {
       if (s.power !== undefined) confidences.push(s.power.confidence);
     }
   } finally {
-    await engine.close();
-    store.close();
-    rmSync(home, { recursive: true, force: true });
+    await installation?.close();
   }
   durations.sort((a, b) => a - b);
   const row = {
@@ -128,5 +151,5 @@ for (const cell of cells) {
     `${cell.name.padEnd(52)} ${cell.positive ? `recall ${formatProportion(row.recall!)}` : `false positives ${detected}/${runs} (95% bound ${row.falsePositiveBound?.toFixed(3)})`}` +
       `  (${earlier} by earlier runs' markers only)  pass ${passed}/${runs}  median run ${(row.medianRunMs / 1000).toFixed(1)} s`,
   );
-  writeFileSync(out, JSON.stringify({ command, scenario, runsPerCell: runs, measuredAt: new Date().toISOString(), loadAverage: { start: loadAtStart, end: loadavg()[0]! }, rows }, null, 2) + '\n');
+  writeFileSync(out, JSON.stringify({ command, scenario, freshEnginePerRun: fresh, runsPerCell: runs, measuredAt: new Date().toISOString(), loadAverage: { start: loadAtStart, end: loadavg()[0]! }, rows }, null, 2) + '\n');
 }
