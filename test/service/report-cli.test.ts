@@ -163,6 +163,10 @@ describe('report lists skips', () => {
     const text = await runCli(['report', '--store', a, '--store', b, '--target', 'prod']);
     expect(text.stdout).toMatch(/prod +budget +×3 .* latest \S+ \(abort-race\): needed 700 tokens, 0 available/);
     expect(text.stdout).not.toMatch(/^ {2}canary /m);
+    // A target that never ran (every run skipped) is still one --target can name.
+    const canary = await runCli(['report', '--store', b, '--target', 'canary']);
+    expect(canary.code, canary.stderr).toBe(0);
+    expect(canary.stdout).toMatch(/^ {2}canary +shutdown +×1 /m);
   });
 
   it('reads a store of the previous schema (4) as it is: runs and findings listed, no skips, nothing migrated', async () => {

@@ -115,6 +115,8 @@ function readStores(paths: readonly string[], filter: { since: number; target?: 
     const store = openStore({ path, retentionMs: Number.MAX_SAFE_INTEGER, readonly: true });
     try {
       for (const t of store.latestPerTarget()) targets.add(t.target);
+      // A target every scheduled run of which was skipped (its budget never fits) has skips and no run.
+      for (const s of store.skipSummary()) targets.add(s.target);
       runs.push(...store.recentRuns({ ...filter, limit: 1000 }));
       skips.push(...store.skipSummary(filter));
       // Finding ids are per store: with several, each finding says which store holds it.
