@@ -206,6 +206,6 @@ export function sizingTable(s: ScaleFigures): string {
     '|---|---|---|---|---|---|',
     ...rows,
     '',
-    `The issue's goals, RSS max of the cheap tier with the image's heap sizing (\`${s.nodeOptions}\`): ${goals.join('; ')}.`,
+    `Sizing goals, RSS max of the cheap tier with the image's heap sizing (\`${s.nodeOptions}\`): ${goals.join('; ')}.`,
   ].join('\n') + '\n';
 }

@@ -1,5 +1,5 @@
 /**
- * README.md's race tables, rendered from bench/races.json (bench/races.ts) and bench/default-runs.json
+ * README.md's race tables, rendered from bench/races-fresh.json (bench/races.ts --fresh) and bench/default-runs.json
  * (bench/default-runs.ts) like the other figure blocks (render-figures.ts). Pure: no I/O.
  */
 
@@ -72,7 +72,7 @@ export function raceTable(r: RaceFigures): string {
   });
   return (
     `\`${r.command ?? 'npx tsx bench/races.ts'}\`, \`${r.scenario}\` alone, measured ${r.measuredAt.slice(0, 10)}${load(r.loadAverage)} ` +
-    `([bench/races.json](bench/races.json)):\n\n` +
+    `([bench/races-fresh.json](bench/races-fresh.json)):\n\n` +
     ['| configuration | runs | caught (95% Wilson) | pass | median run |', '|---|---|---|---|---|', ...rows].join('\n') +
     '\n'
   );
