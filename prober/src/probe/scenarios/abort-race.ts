@@ -48,7 +48,8 @@ const ABORT_FRACTIONS = [0.15, 0.3, 0.1, 0.4, 0.2, 0.05, 0.5, 0.25];
  * prompt re-sent and aborted early three times (a load of it from the host tier, or its prefill, still landing
  * when readers take its pages), then a fresh planter aborted mid-transfer. The re-sends carry the load race:
  * on FIFO free lists a first re-send misses about one time in five, and a second or third mostly catches it
- * (bench/races.ts; one re-send per group caught 0.77-0.87 of runs, three catch all 80 measured).
+ * (README "Race recall": with one re-send per group the FIFO cells were caught in 0.77-0.95 of runs; with
+ * three, in 100 of 100 first-contact runs each).
  */
 const PHASES = ['mid-stream', 'resend', 'resend', 'resend', 'mid-transfer'] as const;
 /** A re-sent prompt served from a host tier or cache loads faster than it prefills: abort it early. */
