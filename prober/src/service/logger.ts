@@ -6,8 +6,9 @@
  * usual shapes. By value: every configured credential, and bearer/basic credentials, are scrubbed from each
  * serialized line just before it is written, whatever field or message carries them.
  */
+import { createRequire } from 'node:module';
 import pino, { type DestinationStream, type Logger } from 'pino';
-import pretty from 'pino-pretty';
+import type PinoPretty from 'pino-pretty';
 import type { LogLevel } from './config.js';
 import { REDACTED, scrubSecrets } from '../probe/redact.js';
 
@@ -35,12 +36,20 @@ export const REDACT_PATHS: readonly string[] = [
   'evidence.excerpt', '*.evidence.excerpt', 'findings[*].evidence.excerpt', '*.findings[*].evidence.excerpt',
 ];
 
+/**
+ * pino-pretty, loaded only when a logger prints for a terminal: a service logging JSON lines never needs
+ * it (about 3 MiB of RSS it would otherwise hold; bench/SCALE.md).
+ */
+function loadPretty(): typeof PinoPretty {
+  return createRequire(import.meta.url)('pino-pretty') as typeof PinoPretty;
+}
+
 export function createLogger(opts: LoggerOptions = {}): Logger {
   const secretsOf = typeof opts.secrets === 'function' ? opts.secrets : (() => (opts.secrets as readonly string[] | undefined) ?? []);
   const destination = opts.destination ?? pino.destination({ dest: 2, sync: true });
   const isTTY = opts.destination === undefined ? process.stderr.isTTY === true : (destination as { isTTY?: boolean }).isTTY === true;
   const stream: DestinationStream | NodeJS.WritableStream = (opts.pretty ?? isTTY)
-    ? pretty({ destination: destination as NodeJS.WritableStream, colorize: isTTY, translateTime: 'SYS:standard', ignore: 'pid,hostname' })
+    ? loadPretty()({ destination: destination as NodeJS.WritableStream, colorize: isTTY, translateTime: 'SYS:standard', ignore: 'pid,hostname' })
     : destination;
   return pino({
     level: opts.level ?? 'info',

@@ -19,7 +19,8 @@
 import { Buffer } from 'node:buffer';
 import { Readable } from 'node:stream';
 import { inspect } from 'node:util';
-import { Agent, request, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
+import { Agent, request } from './undici-parts.js';
 import type { TransportClass } from '../result.js';
 import { parseBaseUrl } from './base-url.js';
 import { createCompletionReader } from './completion-reader.js';
