@@ -45,6 +45,7 @@
  */
 import { BASE32_VALUE, MARKER_BODY_LENGTH, MARKER_PREFIX } from './markers.js';
 import { FILTER_HI_MULTIPLIER, FILTER_MULTIPLIER, HASH_MULTIPLIER, UNKNOWN_OWNER, type MarkerEntry, type MarkerOwner, type MarkerRegistry, type WindowIndex } from './marker-registry.js';
+import { byCodeUnits } from '../locale-free.js';
 
 /** The request whose response is scanned. */
 export interface ReaderIdentity {
@@ -291,7 +292,7 @@ class Session implements ScanSession {
       ...m,
       chance: Math.min(1, decrypted ? d * CHECK_CHANCE : w * n * Math.pow(32, -m.length)),
     }));
-    out.sort((a, b) => a.offset - b.offset || a.marker.localeCompare(b.marker));
+    out.sort((a, b) => a.offset - b.offset || byCodeUnits(a.marker, b.marker));
     this.kept = [];
     this.tail = '';
     return out;

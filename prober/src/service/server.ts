@@ -17,6 +17,7 @@ import { formatDuration, parseDuration } from './config.js';
 import { FINDING_KINDS, isFindingKind } from '../probe/findings.js';
 import type { Outcome } from '../probe/result.js';
 import type { RunSummary, Store, StoredFinding, TargetLatest } from './store.js';
+import { groupThousands } from '../locale-free.js';
 
 export interface LoopState {
   target: string;
@@ -45,8 +46,8 @@ function skipsHtml(loop: LoopState | undefined, now: number): string {
   const counts = Object.entries(loop.skipped).map(([r, n]) => `${escapeHtml(r)}: ${n}`).join(', ');
   const last = loop.lastSkip;
   const detail = last === undefined ? '' : ` · last ${escapeHtml(last.reason)}${last.scenario !== undefined ? ` (${escapeHtml(last.scenario)})` : ''} ${ago(last.at, now)}` +
-    (last.neededTokens !== undefined ? `, needed ${last.neededTokens.toLocaleString('en-US')} tokens` : '') +
-    (last.availableTokens !== undefined ? `, ${last.availableTokens.toLocaleString('en-US')} left this hour` : '');
+    (last.neededTokens !== undefined ? `, needed ${groupThousands(last.neededTokens)} tokens` : '') +
+    (last.availableTokens !== undefined ? `, ${groupThousands(last.availableTokens)} left this hour` : '');
   return `<p class="skips"><span class="badge inconclusive" title="not run: not a pass">SKIPPED</span> ${counts}${detail}</p>`;
 }
 
@@ -275,8 +276,8 @@ function targetSection(name: string, baseUrl: string, scenarios: readonly string
   }
   const cap = last?.capacity ?? {};
   const capText = [
-    cap.contextTokens !== undefined ? `context ${cap.contextTokens.toLocaleString('en-US')} tokens` : 'context unknown',
-    cap.poolTokens !== undefined ? `KV pool ${cap.poolTokens.toLocaleString('en-US')} tokens` : 'KV pool not exposed',
+    cap.contextTokens !== undefined ? `context ${groupThousands(cap.contextTokens)} tokens` : 'context unknown',
+    cap.poolTokens !== undefined ? `KV pool ${groupThousands(cap.poolTokens)} tokens` : 'KV pool not exposed',
   ].join(' · ');
   const below = cap.contextTokens !== undefined && cap.poolTokens !== undefined && cap.poolTokens < cap.contextTokens
     ? ' <span class="badge fail">POOL BELOW CONTEXT</span>' : '';

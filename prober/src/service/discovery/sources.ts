@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { Resolver } from 'node:dns/promises';
 import { parse as parseYaml } from 'yaml';
 import { joinHostPort, splitHostPort, type DiscoverSource } from './spec.js';
+import { byCodeUnits } from '../../locale-free.js';
 
 export interface Address {
   /** `host:port`, IPv6 bracketed. */
@@ -125,5 +126,5 @@ async function resolveSrv(dns: DnsResolver, name: string): Promise<Address[]> {
     const hostPort = joinHostPort(host, r.port);
     out.set(hostPort, { hostPort, labels: {} });
   }
-  return [...out.values()].sort((a, b) => a.hostPort.localeCompare(b.hostPort)).slice(0, MAX_ADDRESSES);
+  return [...out.values()].sort((a, b) => byCodeUnits(a.hostPort, b.hostPort)).slice(0, MAX_ADDRESSES);
 }
