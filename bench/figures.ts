@@ -183,29 +183,36 @@ export function dailyCostTable(r: BenchReport): string {
 }
 
 export interface ScaleFigures {
-  nodeOptions: string;
+  /** How the replica ran Node (the image's ENTRYPOINT flags and ENV). */
+  runtime: string;
   rows: { set: string; heap: 'image' | 'Node defaults'; targets: number; cpuPerTargetCycle: number; rssMaxMiB: number; rssAfterMiB: number }[];
 }
 
-/** The issue's memory goals for one replica running the cheap tier: [targets, RSS limit in MB (10^6 bytes)]. */
+/** The memory goals for one replica: [targets, RSS limit in MB (10^6 bytes)]. */
 export const RSS_GOALS: ReadonlyArray<readonly [number, number]> = [[50, 120], [1000, 256]];
 
 const mb = (mib: number): string => (mib * 2 ** 20 / 1e6).toFixed(1);
 
-/** README.md's sizing table (Fleet), and whether the goals are met, from bench/scale.json. */
+/**
+ * README.md's sizing table (Fleet), and whether the goals are met, from bench/scale.json: by every scenario
+ * set measured at a goal's size with the image's runtime (a replica's first cycle, and each cycle where the
+ * hourly tiers fall due, runs every scenario; the others only the cheap tier).
+ */
 export function sizingTable(s: ScaleFigures): string {
   const rows = s.rows.map((r) => `| ${r.set} | ${int(r.targets)} | ${r.heap === 'image' ? 'the image\'s' : 'Node\'s defaults'} | ${r.cpuPerTargetCycle} | ${r.rssMaxMiB} MiB (${mb(r.rssMaxMiB)} MB) | ${r.rssAfterMiB} MiB |`);
   const goals = RSS_GOALS.map(([targets, limitMB]) => {
-    const row = s.rows.find((r) => r.heap === 'image' && r.targets === targets && r.set.startsWith('cheap tier'));
-    if (row === undefined) return `${int(targets)} targets ≤ ${limitMB} MB: not measured`;
-    const got = Number(mb(row.rssMaxMiB));
-    return `${int(targets)} targets ≤ ${limitMB} MB: **${got <= limitMB ? 'met' : 'not met'}** (${got} MB)`;
+    const measured = s.rows.filter((r) => r.heap === 'image' && r.targets === targets);
+    if (measured.length === 0) return `${int(targets)} targets ≤ ${limitMB} MB: not measured`;
+    return `${int(targets)} targets ≤ ${limitMB} MB: ${measured.map((r) => {
+      const got = Number(mb(r.rssMaxMiB));
+      return `${r.set.replace(/ \(.*\)$/, '')} **${got <= limitMB ? 'met' : 'not met'}** (${got} MB)`;
+    }).join(', ')}`;
   });
   return [
-    '| scenarios per cycle | targets | V8 heap sizing | CPU s per target-cycle | RSS max | RSS a second after the run |',
+    '| scenarios per cycle | targets | Node runtime | CPU s per target-cycle | RSS max | RSS a second after the run |',
     '|---|---|---|---|---|---|',
     ...rows,
     '',
-    `Sizing goals, RSS max of the cheap tier with the image's heap sizing (\`${s.nodeOptions}\`): ${goals.join('; ')}.`,
+    `Sizing goals, RSS max with the image's runtime (\`${s.runtime.replace(/; serve on .*$/, '')}\`): ${goals.join('; ')}.`,
   ].join('\n') + '\n';
 }

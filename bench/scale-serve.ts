@@ -12,6 +12,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
+import type { ImageRuntime } from '../deploy/image-runtime.js';
 import { exited, firstLine, killGroup, procReader, type ChildTracker } from './child.js';
 
 export interface ServeScale {
@@ -37,8 +38,8 @@ export interface ServeScaleOptions {
   concurrency: number;
   /** A scratch folder of this run: config, store, installation home. */
   dir: string;
-  /** NODE_OPTIONS of the serve process (the image's: V8 heap sizing); none when undefined. */
-  nodeOptions?: string;
+  /** How the container image runs Node (its ENV and the node flags of its ENTRYPOINT); Node's defaults when undefined. */
+  runtime?: ImageRuntime;
   scrapeEveryMs?: number;
   timeoutMs?: number;
 }
@@ -70,8 +71,8 @@ function sampleOf(text: string, name: string): number {
 export async function measureServe(children: ChildTracker, o: ServeScaleOptions): Promise<ServeScale> {
   const configFile = join(o.dir, 'serve.yaml');
   writeFileSync(configFile, configYaml(o));
-  const serve: ChildProcess = children.spawn(process.execPath, ['bin/kvcanary.js', 'serve', '--config', configFile], {
-    stderr: 'pipe', env: { ...process.env, KVCANARY_HOME: join(o.dir, 'home'), NODE_OPTIONS: o.nodeOptions ?? '' },
+  const serve: ChildProcess = children.spawn(process.execPath, [...(o.runtime?.nodeArgs ?? []), 'bin/kvcanary.js', 'serve', '--config', configFile], {
+    stderr: 'pipe', env: { ...process.env, NODE_OPTIONS: '', ...o.runtime?.env, KVCANARY_HOME: join(o.dir, 'home') },
   });
   const stderr: string[] = [];
   serve.stderr!.on('data', (d: Buffer) => {

@@ -23,7 +23,7 @@ import { tmpdir, totalmem } from 'node:os';
 import { createChildTracker, firstLine, killGroup, exited, REPO_ROOT } from './child.js';
 import { measureServe, type ServeScale } from './scale-serve.js';
 import { compiledCli } from '../bin/compiled-build.js';
-import { imageNodeOptions } from '../deploy/image-node-options.js';
+import { describeRuntime, imageRuntime } from '../deploy/image-runtime.js';
 import { shardOf } from '../prober/src/service/shard.js';
 
 const { values } = parseArgs({ options: { sizes: { type: 'string', default: '50,200,1000' }, full: { type: 'string', default: '50' }, 'node-defaults': { type: 'string', default: '1000' } }, strict: true });
@@ -42,8 +42,9 @@ if (compiledCli() === undefined) {
   if (built.status !== 0 || compiledCli() === undefined) throw new Error('bench:scale: npm run build did not leave a fresh dist/; the replica would run under tsx');
 }
 
-// And with the image's Node options (V8 heap sizing, deploy/Dockerfile).
-const nodeOptions = imageNodeOptions();
+// And as the image runs Node (V8 flags and heap sizing, malloc tunables: deploy/Dockerfile).
+const runtime = imageRuntime();
+const runtimeText = describeRuntime(runtime);
 
 const children = createChildTracker();
 process.once('SIGINT', () => { children.killAll(); process.exit(130); });
@@ -55,7 +56,7 @@ async function measure(set: string, targets: number, scenarios: string[] | undef
   mkdirSync(run);
   try {
     const { urls } = JSON.parse(await firstLine(endpoints)) as { urls: string[] };
-    const out = await measureServe(children, { urls, concurrency: 16, dir: run, ...(heap === 'image' ? { nodeOptions } : {}), ...(scenarios === undefined ? {} : { scenarios }) });
+    const out = await measureServe(children, { urls, concurrency: 16, dir: run, ...(heap === 'image' ? { runtime } : {}), ...(scenarios === undefined ? {} : { scenarios }) });
     const row: Row = { set, heap, ...out, cpuPerTargetCycle: Math.round((out.cpuSeconds / out.cycles) * 1000) / 1000 };
     process.stderr.write(`${JSON.stringify(row)}\n`);
     return row;
@@ -80,8 +81,8 @@ const md = [
   '# Scale: one prober replica, many targets',
   '',
   'Measured by `nice -n 10 npm run bench:scale` (bench/scale.ts, bench/scale-serve.ts): one `serve` replica run',
-  'as production runs it, `node bin/kvcanary.js serve --config FILE` on the compiled build in dist/ with the',
-  `container image's NODE_OPTIONS (\`${nodeOptions}\`, deploy/Dockerfile), real probe, store and metrics`,
+  'as production runs it, `serve --config FILE` on the compiled build in dist/, run the way the container image',
+  `runs Node (\`${runtimeText}\`, deploy/Dockerfile), real probe, store and metrics`,
   '(concurrency.global 16, per_target 2), against N fast fake endpoints',
   '(bench/scale-endpoints.ts, a separate process), every target due within a second, until each finished one',
   'cycle. Read from /proc: CPU is the serve process\'s user+system time from when it printed its URL (targets',
@@ -95,8 +96,8 @@ const md = [
   'prompts with vLLM\'s 400; the outcomes are what the scenarios conclude about such an endpoint. The figures',
   'are the prober\'s own cost per target, not a verdict on anything real.',
   '',
-  '"V8 heap" is "image" for the image\'s NODE_OPTIONS, "Node defaults" for none (Node sizes the heap from this',
-  'host\'s memory, as it would in a container without a memory limit).',
+  '"V8 heap" is "image" for the image\'s Node flags and environment, "Node defaults" for none (Node sizes the',
+  'heap from this host\'s memory, as it would in a container without a memory limit).',
   '',
   '| scenarios | targets | V8 heap | cycles | outcomes | wall s | CPU s | CPU s per target-cycle | RSS max MiB | RSS mean MiB | RSS after MiB | heap used / total MiB after | external MiB after | /metrics KiB |',
   '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
@@ -106,6 +107,6 @@ const md = [
   '',
 ].join('\n');
 writeFileSync(join(REPO_ROOT, 'bench', 'SCALE.md'), md);
-writeFileSync(join(REPO_ROOT, 'bench', 'scale.json'), JSON.stringify({ runtime: 'node bin/kvcanary.js serve, compiled build (dist/)', nodeOptions, rows, shards: { split, movedToFour: moved } }, null, 2) + '\n');
+writeFileSync(join(REPO_ROOT, 'bench', 'scale.json'), JSON.stringify({ runtime: `${runtimeText}; serve on the compiled build (dist/)`, rows, shards: { split, movedToFour: moved } }, null, 2) + '\n');
 rmSync(dir, { recursive: true, force: true });
 process.stdout.write(md);

@@ -12,7 +12,7 @@ import { parseConfig } from '../../prober/src/service/config.js';
 import { shardFromArgs, shardOf } from '../../prober/src/service/shard.js';
 import { SCENARIO_NAMES } from '../../prober/src/probe/scenarios/index.js';
 import { prometheusRule, OUTPUT } from '../../deploy/prometheusrule.js';
-import { imageNodeOptions, sizeFlagMiB } from '../../deploy/image-node-options.js';
+import { imageNodeOptions, sizeFlagMiB } from '../../deploy/image-runtime.js';
 import { runCli } from '../helpers/cli.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -96,7 +96,7 @@ describe('deploy/Dockerfile', () => {
     expect(stages[0]).toMatch(/^RUN npm run build$/m);
     expect(stages[1]).toMatch(/^COPY --from=build \S+\/dist \.\/dist$/m);
     expect(stages[1]).not.toMatch(/\/src\b/);
-    expect(stages[1]).toMatch(/^ENTRYPOINT \["node", "bin\/kvcanary\.js"\]$/m);
+    expect(stages[1]).toMatch(/^ENTRYPOINT \["node", (?:"--[a-z-]+(?:=\w+)?", )*"bin\/kvcanary\.js"\]$/m);
   });
 
   it('sizes V8\'s heap for the StatefulSet\'s memory limit, with room for what is not heap', () => {
