@@ -45,7 +45,7 @@
  *   planting request, with its planting time beside it (`forget` reads the owner's), and a MarkerEntry is
  *   built when asked for (`entryAt`, `get`, a scanner hit) from the owner and the body: no object, string or
  *   Map entry per marker. Measured at 50,000 markers planted 20 a request (`npm run bench:marker-memory`):
- *   about 130 bytes a marker, 6.6 MB at the default bound (it was 771 with an object per marker, then 483
+ *   about 130 bytes a marker, 6.5 MB at the default bound (it was 771 with an object per marker, then 483
  *   with a key lane and a slot for every window: 24 MB). A live body is found through the key table (its
  *   first key, then every character), not a Map.
  * - A key may belong to several markers, at the same or different body offsets (chance collisions are
@@ -146,7 +146,7 @@ export interface MarkerRegistryOptions {
   lookupPlanting?: (requestNo: string) => PlantingRow | undefined;
   /**
    * Most markers kept in the fragment index; past it the oldest are evicted (their whole copies are still
-   * recognised by decryption). About 130 bytes each (6.6 MB at the default). @default 50000 (DEFAULT_MAX_RECENT_MARKERS)
+   * recognised by decryption). About 130 bytes each (6.5 MB at the default). @default 50000 (DEFAULT_MAX_RECENT_MARKERS)
    */
   maxRecentMarkers?: number;
   /** Most planting requests kept in memory, about 300 bytes each (older ones are looked up in the store). @default 16384 */
