@@ -5,7 +5,7 @@
  * planted markers, whole and in fragments) with 1k, 10k and 100k live markers, side by side with a naive
  * per-marker search (`text.includes(marker)` for every live marker) in the same run. The naive search gets
  * a smaller input so it finishes; both are reported in MB/s (10^6 bytes of UTF-8 per second) with their
- * ratio. Also: all-base32 noise (every position is a candidate: the worst case for the window table),
+ * ratio. Also: all-base32 noise (every position is a candidate: the worst case for the key table),
  * SSE-sized 16-character chunks, the candidate finder alone against the equivalent RegExp, and the heap
  * each live marker costs. Figures are the best of several repetitions (see `best`); the corpus is seeded, so runs compare.
  */
@@ -193,10 +193,10 @@ function retainedBytesPerMarker(count: number): number {
   return (withIt - heapBytes()) / count;
 }
 
-/** Exact bytes of the registry's typed arrays (window table, prefilter, bodies). */
+/** Exact bytes of the registry's typed arrays (key table, prefilter, bodies). */
 function indexBytes(registry: MarkerRegistry): number {
   const ix = registry.index();
-  return ix.los.byteLength + ix.refs.byteLength + ix.filter.byteLength + ix.bodies.byteLength;
+  return ix.refs.byteLength + ix.filter.byteLength + ix.bodies.byteLength;
 }
 
 interface Row {

@@ -1,9 +1,8 @@
 /**
  * The marker registry: the installation's marker cipher, the planting requests (one per request that
- * carried markers: run, request, role, tenant, time, marker count), and a bounded index from every
- * FRAG-character window of every recent marker body to the marker it belongs to, so the scanner
- * attributes any text position in constant time (one prefilter bit, rarely one table probe) whatever the
- * number of live markers.
+ * carried markers: run, request, role, tenant, time, marker count), and a bounded index of every recent
+ * marker body, through which the scanner attributes any FRAG-character window of text in constant time
+ * (one prefilter bit, rarely one table probe) whatever the number of live markers.
  *
  * Design:
  * - Markers attribute themselves. `plant()` gives a request its next marker: the encryption under the
@@ -12,34 +11,45 @@
  *   request) before the request leaves. Any registry holding the same key decrypts a whole marker it sees
  *   (`decodeValues`) and finds the planting in memory or through `lookupPlanting` (the store), whichever
  *   run or process planted it; a body that fails the check is not this installation's.
- * - Fragments cannot be decrypted, so the window index below holds the recent markers only: this process's
+ * - Fragments cannot be decrypted, so the fragment index below holds the recent markers only: this process's
  *   and those of plantings reloaded with `addPlantings` (re-derived from their request numbers, nothing
  *   per marker is stored). It is bounded: past `maxRecentMarkers` the oldest are evicted (whole copies of
  *   them are still recognised by decryption). In-memory plantings are bounded by `maxPlantings` the same way.
  *   `add(rows)` registers given markers (any string of the envelope) with their owners; `forget(olderThan)`
  *   retires markers by age.
- * - Window index. A window of FRAG <= 12 base32 characters is at most 60 bits, held as two int32 lanes:
- *   `lo` = its last 6 characters (30 bits), `hi` = the ones before. The scanner rolls both lanes across
- *   the text one character at a time, so a probe costs a multiply, a shift and a typed-array read, with no
- *   string built per position. The table is open addressing with linear probing over typed arrays (`los`,
- *   `refs`), at most half full; the home slot is a Fibonacci hash of `lo`. Bodies are uniformly random, so
- *   registered keys spread evenly whatever text is probed. `hi` is not stored: on the rare `lo` match it
- *   is checked against the body bytes. Deletion is backward-shift (no tombstones), so a table that has
- *   forgotten millions of markers probes as fast as a fresh one.
- * - A prefilter bitset (8 to 16 bits per window, 2 MB at 100k markers) answers most probes from a
+ * - Sparse keys, not every window. Only a few 9-character keys of each body are indexed (`sparseKeys`: at
+ *   the default FRAG of 12, the 4 at body offsets 3, 7, 11 and 15; in general K = min(9, FRAG) characters
+ *   one every FRAG - K + 1 offsets from FRAG - K), placed so that every FRAG-character window of the body
+ *   holds exactly one of them whole (test/prober/marker-keys.test.ts checks every FRAG). The scanner rolls the 9-character key across the text; on a key hit it compares the text
+ *   around it with the body bytes, both ways, and keeps the agreement if it spans FRAG or more: the same
+ *   matches, fragments and offsets as an index of every window, at 4 keys a marker instead of 15 windows.
+ *   `windowCount` still counts FRAG windows (size x (27 - FRAG)): it is the W of the scanner's chance bound,
+ *   which is about windows of text agreeing with a body, not about how they are found; `keyCount` counts keys.
+ * - Key table. A key of 9 base32 characters is 45 bits, held as two int32 lanes: `lo` = its last 6
+ *   characters (30 bits), `hi` = the 3 before. The scanner rolls both lanes across the text one character at a
+ *   time, so a probe costs a multiply, a shift and a typed-array read, with no string built per position.
+ *   The table is open addressing with linear probing over one Int32Array of refs (marker index, key offset),
+ *   at most half full; the home slot is a Fibonacci hash of `lo`. No key is stored: a slot's key is read from
+ *   the body bytes when compared (2 MB of table at 50,000 markers instead of 16 MB of refs and lanes; the
+ *   scanner measured no slower, see `npm run bench:scanner`). Bodies are uniformly random, so registered keys spread
+ *   evenly whatever text is probed. Deletion is backward-shift (no tombstones; a member's home is recomputed
+ *   from its body), so a table that has forgotten millions of markers probes as fast as a fresh one.
+ * - A prefilter bitset (8 to 16 bits per key, 256 KB at 50,000 markers) answers most probes from a
  *   cache-sized array; only the 1 in 8 to 16 positions that pass touch the table. Bits cannot be cleared,
- *   so `forget` rebuilds it from the live bodies. (16 bits per window measured slower at 100k markers:
- *   the larger bitset misses the cache more often than the extra table probes cost.)
- * - Memory is bounded per live marker, and held in typed arrays: 26 body bytes, (27 - FRAG) windows x 2-4
- *   slots x 8 bytes of table, 1-2 bytes of prefilter per window, 24 bytes of owner slot, index, time and
- *   eviction sequence, 16 of eviction queue. Owners (run, request, role, tenant, time) are one shared object
- *   per planting request, and a MarkerEntry is built when asked for (`entryAt`, `get`, a scanner hit) from
- *   the owner and the body: no object, string or Map entry per marker (those were about 280 of the 770 bytes
- *   a marker cost, measured at 50,000 markers planted 20 a request; now about 490). The default bound of
- *   50,000 recent markers holds the index to about 25 MB. A live body is found through the window table
- *   (its offset-0 window, then every character), not a Map.
- * - A window may belong to several markers (chance collisions are allowed, never assumed away): every slot
- *   holding the key is a hit.
+ *   so `forget` and eviction rebuild it from the live bodies.
+ * - Memory is bounded per live marker, and held in typed arrays sized to at most `maxRecentMarkers` (room is
+ *   made before inserting: the outcome of inserting and then evicting the oldest, without ever holding more):
+ *   26 body bytes; 4 keys x 2-4 slots x 4 bytes of table; 4-8 bytes of prefilter; 16 bytes of owner slot,
+ *   index within the planting request, and the intrusive eviction list (previous, next: oldest first; free
+ *   indices are chained through `next`). Owners (run, request, role, tenant, time) are one shared object per
+ *   planting request, with its planting time beside it (`forget` reads the owner's), and a MarkerEntry is
+ *   built when asked for (`entryAt`, `get`, a scanner hit) from the owner and the body: no object, string or
+ *   Map entry per marker. Measured at 50,000 markers planted 20 a request (`npm run bench:marker-memory`):
+ *   about 130 bytes a marker, 6.5 MB at the default bound (it was 771 with an object per marker, then 483
+ *   with a key lane and a slot for every window: 24 MB). A live body is found through the key table (its
+ *   first key, then every character), not a Map.
+ * - A key may belong to several markers, at the same or different body offsets (chance collisions are
+ *   allowed, never assumed away): every slot holding it is a candidate, each checked against its own body.
  */
 import { randomBytes } from 'node:crypto';
 import {
@@ -136,7 +146,7 @@ export interface MarkerRegistryOptions {
   lookupPlanting?: (requestNo: string) => PlantingRow | undefined;
   /**
    * Most markers kept in the fragment index; past it the oldest are evicted (their whole copies are still
-   * recognised by decryption). About 490 bytes each. @default 50000 (DEFAULT_MAX_RECENT_MARKERS)
+   * recognised by decryption). About 130 bytes each (6.5 MB at the default). @default 50000 (DEFAULT_MAX_RECENT_MARKERS)
    */
   maxRecentMarkers?: number;
   /** Most planting requests kept in memory, about 300 bytes each (older ones are looked up in the store). @default 16384 */
@@ -155,22 +165,25 @@ export interface WindowHit {
  */
 export interface WindowIndex {
   readonly fragmentLength: number;
-  /** Mask of the `hi` lane (5 bits per character before the last 6). */
+  /** Characters of a sparse key (min(9, fragmentLength)); keys sit at the body offsets `sparseKeys` gives. */
+  readonly keyLength: number;
+  /** Mask of a key's `hi` lane (5 bits per character before its last 6). */
   readonly hiMask: number;
-  /** 32 - log2(slots): the Fibonacci hash of `lo` is `Math.imul(lo, HASH_MULTIPLIER) >>> shift`. */
+  /** 32 - log2(slots): the Fibonacci hash of a key's `lo` is `Math.imul(lo, HASH_MULTIPLIER) >>> shift`. */
   readonly shift: number;
   /** slots - 1 */
   readonly mask: number;
   /**
-   * Prefilter: a bitset over `filterHash(hi, lo) >>> filterShift`, 8 to 16 bits per window (1 in 8 to 1 in
-   * 16 false positives). Most probed positions are rejected by one load from a cache-sized array; the
-   * scanner issues these loads in branch-free batches, so they overlap instead of each paying a table miss.
+   * Prefilter: a bitset over `filterHash(hi, lo) >>> filterShift` of every key, 8 to 16 bits per key (1 in
+   * 8 to 1 in 16 false positives). Most probed positions are rejected by one load from a cache-sized array;
+   * the scanner issues these loads in branch-free batches, so they overlap instead of each paying a table miss.
    */
   readonly filter: Int32Array;
   readonly filterShift: number;
-  /** `lo` lane of the window in each slot. */
-  readonly los: Int32Array;
-  /** 0 = empty, else markerIndex * 32 + bodyOffset + 1. */
+  /**
+   * The key table, refs only: 0 = empty, else markerIndex * 32 + keyOffset + 1 (the key's body offset).
+   * A slot's key is read from `bodies`; its home slot is the hash of the key's `lo` lane.
+   */
   readonly refs: Int32Array;
   /** Body values (0..31), MARKER_BODY_LENGTH per marker index. */
   readonly bodies: Uint8Array;
@@ -188,6 +201,8 @@ export interface MarkerRegistry {
   readonly size: number;
   /** Registered windows (size x (27 - fragmentLength)): the W of the scanner's chance bound. */
   readonly windowCount: number;
+  /** Keys in the table (size x keys per marker: 4 at the default FRAG of 12). */
+  readonly keyCount: number;
   /**
    * The next marker of the request `owner` names (a new planting on its first call), registered with its
    * owner; returns the entry (persist its planting, then send it).
@@ -237,16 +252,38 @@ export const HASH_MULTIPLIER = 0x9e3779b1;
 /** Prefilter hash: `Math.imul(lo ^ Math.imul(hi, FILTER_HI_MULTIPLIER), FILTER_MULTIPLIER)`. */
 export const FILTER_HI_MULTIPLIER = 0x85ebca6b;
 export const FILTER_MULTIPLIER = 0xc2b2ae35;
-const FILTER_BITS_PER_WINDOW = 8;
+/** Prefilter bits per registered key (1 in FILTER_BITS_PER_KEY false passes). */
+const FILTER_BITS_PER_KEY = 8;
 const MIN_FILTER_LOG2 = 12;
 const LO_CHARS = 6;
 const LO_MASK = 0x3fffffff;
+/** Longest key: 9 characters (45 bits, a 15-bit `hi` lane and a 30-bit `lo` lane). */
+export const MAX_KEY_LENGTH = 9;
 const MIN_SLOTS_LOG2 = 10;
 /** refs pack markerIndex * 32 + offset + 1 into an int32. */
 const MAX_MARKERS = 1 << 26;
 const MAX_FIELD_LENGTH = 256;
 
 const OWNER_FIELDS = ['runId', 'requestId', 'role', 'tenant'] as const;
+
+/**
+ * The sparse keys for fragments of `fragmentLength` characters: `length` = min(9, FRAG) characters at body
+ * offsets `offsets` (first FRAG - length, then every FRAG - length + 1, up to the first at or past 26 - FRAG).
+ * Every FRAG-character window of a body contains exactly one of them whole: a window at s holds the key
+ * starts s .. s + FRAG - length, FRAG - length + 1 consecutive offsets, which is the step; the first key is
+ * inside the window at 0, and the last starts at most 26 - length, so it ends inside the body and inside
+ * the window at 26 - FRAG.
+ */
+export function sparseKeys(fragmentLength: number): { length: number; step: number; offsets: number[] } {
+  const length = Math.min(MAX_KEY_LENGTH, fragmentLength);
+  const step = fragmentLength - length + 1;
+  const offsets: number[] = [];
+  for (let t = fragmentLength - length; ; t += step) {
+    offsets.push(t);
+    if (t >= MARKER_BODY_LENGTH - fragmentLength) break;
+  }
+  return { length, step, offsets };
+}
 
 export function createMarkerRegistry(options: MarkerRegistryOptions = {}): MarkerRegistry {
   const frag = options.fragmentLength ?? DEFAULT_FRAGMENT_LENGTH;
@@ -288,43 +325,53 @@ interface Planting {
 /** A marker's entry without the marker and its index: shared by every marker of one planting request. */
 type Owner = Readonly<MarkerOwner & { requestNo?: string }>;
 
+/** A body about to be registered: its owner slot is made (once per owner) only if it is inserted. */
+interface Fresh {
+  body: string;
+  markerNo: number;
+  owner: () => number;
+}
+
 class Registry implements MarkerRegistry, WindowIndex {
   readonly fragmentLength: number;
+  readonly keyLength: number;
   readonly hiMask: number;
   shift = 32 - MIN_SLOTS_LOG2;
   mask = (1 << MIN_SLOTS_LOG2) - 1;
-  los = new Int32Array(1 << MIN_SLOTS_LOG2);
   refs = new Int32Array(1 << MIN_SLOTS_LOG2);
-  bodies = new Uint8Array(64 * MARKER_BODY_LENGTH);
+  bodies: Uint8Array;
   filter = new Int32Array((1 << MIN_FILTER_LOG2) >>> 5);
   filterShift = 32 - MIN_FILTER_LOG2;
   /**
-   * Per marker index, in typed arrays grown with `bodies` (no object, string or Map entry per marker: at the
-   * default bound those were about 16 MiB of a replica's heap): its owner's slot in `owners` (-1 = free),
-   * its index within its planting request (-1 = none given), when it was planted, and its insertion sequence
-   * (the eviction queue's entries are (index, seq)).
+   * Per marker index, in typed arrays grown with `bodies` up to maxRecent entries (live markers never exceed
+   * it: room is made before inserting), with no object, string or Map entry per marker: its owner's slot in
+   * `owners` (-1 = free), its index within its planting request (-1 = none given), and its neighbours in the
+   * eviction list (`prev`, `next`: live markers, oldest first; -1 = none). Free indices are chained
+   * through `next` too. The planting time is the owner's (`ownerMs`), not the marker's.
    */
-  private ownerOf = new Int32Array(64).fill(-1);
-  private markerNo = new Int32Array(64);
-  private plantedMs = new Float64Array(64);
-  private seqs = new Float64Array(64);
+  private ownerOf: Int32Array;
+  private markerNo: Int32Array;
+  private prev: Int32Array;
+  private next: Int32Array;
+  private head = -1;
+  private tailIndex = -1;
+  private freeHead = -1;
   /** Marker indices handed out so far (free ones included). */
   private used = 0;
   private live = 0;
-  /** Owners shared by the markers of one planting request, with how many live markers point at each. */
+  /** Owners shared by the markers of one planting request, with how many live markers point at each and their planting time. */
   private readonly owners: (Owner | undefined)[] = [];
   private readonly ownerRefs: number[] = [];
+  private readonly ownerMs: number[] = [];
   private readonly freeOwners: number[] = [];
-  private queue: number[] = [];
-  private queueHead = 0;
-  private nextSeq = 0;
-  private readonly freeIndices: number[] = [];
   /** Plantings by request number, oldest first (Map order), at most maxPlantings. */
   private readonly byNo = new Map<string, Planting>();
   /** runId NUL requestId -> the request's current planting number. */
   private readonly byRequest = new Map<string, string>();
   private readonly windowsPerMarker: number;
-  private windows = 0;
+  /** Body offsets of the sparse keys (see `sparseKeys`). */
+  private readonly keyOffsets: Int32Array;
+  private readonly keyStep: number;
   private readonly codec: MarkerCodec;
 
   constructor(
@@ -334,8 +381,18 @@ class Registry implements MarkerRegistry, WindowIndex {
     private readonly setup: RegistrySetup,
   ) {
     this.fragmentLength = frag;
-    this.hiMask = 2 ** (5 * (frag - LO_CHARS)) - 1;
+    const keys = sparseKeys(frag);
+    this.keyLength = keys.length;
+    this.keyStep = keys.step;
+    this.keyOffsets = Int32Array.from(keys.offsets);
+    this.hiMask = 2 ** (5 * (keys.length - LO_CHARS)) - 1;
     this.windowsPerMarker = MARKER_BODY_LENGTH - frag + 1;
+    const capacity = Math.min(64, setup.maxRecent);
+    this.bodies = new Uint8Array(capacity * MARKER_BODY_LENGTH);
+    this.ownerOf = new Int32Array(capacity).fill(-1);
+    this.markerNo = new Int32Array(capacity);
+    this.prev = new Int32Array(capacity);
+    this.next = new Int32Array(capacity);
     // The codec keeps the key inside OpenSSL and its closure: nothing enumerable here holds key bytes.
     this.codec = setup.codec;
   }
@@ -345,7 +402,11 @@ class Registry implements MarkerRegistry, WindowIndex {
   }
 
   get windowCount(): number {
-    return this.windows;
+    return this.live * this.windowsPerMarker;
+  }
+
+  get keyCount(): number {
+    return this.live * this.keyOffsets.length;
   }
 
   index(): WindowIndex {
@@ -368,13 +429,21 @@ class Registry implements MarkerRegistry, WindowIndex {
     }
     const index = planting.row.markerCount++;
     const marker = this.codec.encode(planting.row.requestNo, index);
-    if (planting.owner === undefined || this.owners[planting.owner.slot] !== planting.owner.value) {
-      const value: Owner = Object.freeze({ ...fields, plantedAt: planting.row.plantedAt, requestNo: planting.row.requestNo });
-      planting.owner = { slot: this.newOwner(value), value };
-    }
-    this.ensureCapacity(1);
-    const at = this.insert(marker.slice(MARKER_PREFIX.length), planting.owner.slot, index, planting.plantedMs);
-    this.evictOverflow();
+    const p = planting;
+    let at = -1;
+    this.admit([
+      {
+        body: marker.slice(MARKER_PREFIX.length),
+        markerNo: index,
+        owner: () => {
+          if (p.owner === undefined || this.owners[p.owner.slot] !== p.owner.value) {
+            const value: Owner = Object.freeze({ ...fields, plantedAt: p.row.plantedAt, requestNo: p.row.requestNo });
+            p.owner = { slot: this.newOwner(value, p.plantedMs), value };
+          }
+          return p.owner.slot;
+        },
+      },
+    ], (i) => (at = i));
     return this.entryAt(at)!;
   }
 
@@ -388,18 +457,20 @@ class Registry implements MarkerRegistry, WindowIndex {
     let from = checked.length;
     let markers = 0;
     while (from > 0 && markers + checked[from - 1]!.row.markerCount <= this.setup.maxRecent) markers += checked[--from]!.row.markerCount;
-    this.ensureCapacity(markers);
+    const fresh: Fresh[] = [];
+    const seen = new Set<string>();
     for (const p of checked.slice(from)) {
       const { requestNo, markerCount, ...owner } = p.row;
       let slot: number | undefined;
+      const ownerSlot = (): number => (slot ??= this.newOwner(Object.freeze({ ...owner, requestNo }), p.plantedMs));
       for (let index = 0; index < markerCount; index++) {
         const body = this.codec.encode(requestNo, index).slice(MARKER_PREFIX.length);
-        if (this.indexOfBody(body) >= 0) continue;
-        slot ??= this.newOwner(Object.freeze({ ...owner, requestNo }));
-        this.insert(body, slot, index, p.plantedMs);
+        if (seen.has(body) || this.indexOfBody(body) >= 0) continue;
+        seen.add(body);
+        fresh.push({ body, markerNo: index, owner: ownerSlot });
       }
     }
-    this.evictOverflow();
+    this.admit(fresh);
     return checked.length;
   }
 
@@ -451,12 +522,12 @@ class Registry implements MarkerRegistry, WindowIndex {
       }
       fresh.set(body, { entry, ms });
     }
-    this.ensureCapacity(fresh.size);
+    const batch: Fresh[] = [];
     for (const [body, { entry, ms }] of fresh) {
       const { marker: _marker, index, ...owner } = entry;
-      this.insert(body, this.newOwner(Object.freeze(owner)), index ?? -1, ms);
+      batch.push({ body, markerNo: index ?? -1, owner: () => this.newOwner(Object.freeze(owner), ms) });
     }
-    this.evictOverflow();
+    this.admit(batch);
     return fresh.size;
   }
 
@@ -479,21 +550,30 @@ class Registry implements MarkerRegistry, WindowIndex {
     if (window.length !== frag) {
       throw new MarkerError('KVC_MARKER_INVALID', `lookup: expected a window of ${frag} base32 characters, got ${window.length} characters`);
     }
-    let hi = 0;
-    let lo = 0;
+    const values = new Uint8Array(frag);
     for (let k = 0; k < frag; k++) {
       const v = base32Value(window.charCodeAt(k));
       if (v < 0) throw new MarkerError('KVC_MARKER_INVALID', `lookup: ${JSON.stringify(window[k])} at ${k} is not a base32 character`);
-      hi = ((hi << 5) | (lo >>> 25)) & this.hiMask;
-      lo = ((lo << 5) | v) & LO_MASK;
+      values[k] = v;
     }
+    // The window holds one key whole, at one of its first `keyStep` positions: try each.
     const hits: WindowHit[] = [];
-    for (let s = Math.imul(lo, HASH_MULTIPLIER) >>> this.shift; ; s = (s + 1) & this.mask) {
-      const ref = this.refs[s]!;
-      if (ref === 0) break;
-      if (this.los[s] === lo && windowHi(this, ref) === hi) {
-        const entry = this.entryAt((ref - 1) >>> 5);
-        if (entry !== undefined) hits.push({ entry, offset: (ref - 1) & 31 });
+    const seen = new Set<number>();
+    for (let j = 0; j < this.keyStep; j++) {
+      const lo = laneAt(values, j + this.keyLength - LO_CHARS, LO_CHARS);
+      for (let s = Math.imul(lo, HASH_MULTIPLIER) >>> this.shift; ; s = (s + 1) & this.mask) {
+        const ref = this.refs[s]!;
+        if (ref === 0) break;
+        const index = (ref - 1) >>> 5;
+        const offset = ((ref - 1) & 31) - j;
+        if (offset < 0 || offset > MARKER_BODY_LENGTH - frag || seen.has(index * 32 + offset)) continue;
+        const base = index * MARKER_BODY_LENGTH + offset;
+        let k = 0;
+        while (k < frag && this.bodies[base + k] === values[k]) k++;
+        if (k < frag) continue;
+        seen.add(index * 32 + offset);
+        const entry = this.entryAt(index);
+        if (entry !== undefined) hits.push({ entry, offset });
       }
     }
     return hits;
@@ -503,7 +583,8 @@ class Registry implements MarkerRegistry, WindowIndex {
     const cutoff = toMillis(olderThan, 'olderThan');
     let dropped = 0;
     for (let index = 0; index < this.used; index++) {
-      if (this.ownerOf[index]! < 0 || !(this.plantedMs[index]! < cutoff)) continue;
+      const slot = this.ownerOf[index]!;
+      if (slot < 0 || !(this.ownerMs[slot]! < cutoff)) continue;
       this.removeIndex(index);
       dropped++;
     }
@@ -533,31 +614,28 @@ class Registry implements MarkerRegistry, WindowIndex {
     return Object.freeze({ marker, ...owner, ...(requestNo !== undefined && index >= 0 ? { requestNo, index } : {}) });
   }
 
-  /** The index of the live marker with this body (lowercase, no prefix), or -1: its offset-0 window in the table, then every character. */
+  /** The index of the live marker with this body (lowercase, no prefix), or -1: its first key in the table, then every character. */
   private indexOfBody(body: string): number {
-    const frag = this.fragmentLength;
-    let hi = 0;
+    const first = this.keyOffsets[0]!;
     let lo = 0;
-    for (let k = 0; k < frag; k++) {
-      hi = ((hi << 5) | (lo >>> 25)) & this.hiMask;
-      lo = ((lo << 5) | base32Value(body.charCodeAt(k))) & LO_MASK;
-    }
+    for (let k = first + this.keyLength - LO_CHARS; k < first + this.keyLength; k++) lo = (lo << 5) | base32Value(body.charCodeAt(k));
     for (let s = Math.imul(lo, HASH_MULTIPLIER) >>> this.shift; ; s = (s + 1) & this.mask) {
       const ref = this.refs[s]!;
       if (ref === 0) return -1;
-      if (((ref - 1) & 31) !== 0 || this.los[s] !== lo || windowHi(this, ref) !== hi) continue;
+      if (((ref - 1) & 31) !== first) continue;
       const index = (ref - 1) >>> 5;
       const base = index * MARKER_BODY_LENGTH;
-      let k = frag;
+      let k = 0;
       while (k < MARKER_BODY_LENGTH && this.bodies[base + k] === base32Value(body.charCodeAt(k))) k++;
       if (k === MARKER_BODY_LENGTH) return index;
     }
   }
 
-  private newOwner(owner: Owner): number {
+  private newOwner(owner: Owner, plantedMs: number): number {
     const slot = this.freeOwners.pop() ?? this.owners.length;
     this.owners[slot] = owner;
     this.ownerRefs[slot] = 0;
+    this.ownerMs[slot] = plantedMs;
     return slot;
   }
 
@@ -603,39 +681,61 @@ class Registry implements MarkerRegistry, WindowIndex {
     if (this.byRequest.get(key) === requestNo) this.byRequest.delete(key);
   }
 
-  /** Past maxRecent live markers, evict the oldest down to 7/8 of it (one filter rebuild per batch). */
-  private evictOverflow(): void {
+  /**
+   * Registers new bodies (none of them live), newest last, keeping the bound: when they would take the live
+   * count past maxRecent, the oldest live markers are evicted first, and the oldest of `fresh` are not
+   * inserted at all, so that exactly the newest 7/8 of maxRecent remain (one filter rebuild per batch). The
+   * outcome is that of inserting everything and then evicting the oldest, without ever holding more than
+   * maxRecent markers. `inserted` is told each new marker index.
+   */
+  private admit(fresh: Fresh[], inserted?: (index: number) => void): void {
     const max = this.setup.maxRecent;
-    if (this.live <= max) return;
-    const keep = Math.max(1, max - (max >> 3));
-    while (this.live > keep && this.queueHead < this.queue.length) {
-      const index = this.queue[this.queueHead++]!;
-      const seq = this.queue[this.queueHead++]!;
-      if (this.ownerOf[index]! >= 0 && this.seqs[index] === seq) this.removeIndex(index);
+    let skip = 0;
+    let evicted = false;
+    if (this.live + fresh.length > max) {
+      const keep = Math.max(1, max - (max >> 3));
+      let evict = this.live + fresh.length - keep;
+      while (evict > 0 && this.head >= 0) {
+        this.removeIndex(this.head);
+        evict--;
+      }
+      skip = evict;
+      evicted = true;
     }
-    if (this.queueHead > 4096 && this.queueHead * 2 > this.queue.length) {
-      this.queue = this.queue.slice(this.queueHead);
-      this.queueHead = 0;
+    this.ensureCapacity(fresh.length - skip);
+    for (let i = skip; i < fresh.length; i++) {
+      const f = fresh[i]!;
+      const index = this.insert(f.body, f.owner(), f.markerNo);
+      inserted?.(index);
     }
-    this.rebuildFilter();
+    if (evicted) this.rebuildFilter();
   }
 
   private removeIndex(index: number): void {
     const slot = this.ownerOf[index]!;
-    for (let offset = 0; offset < this.windowsPerMarker; offset++) this.removeWindow(index, offset);
+    for (let j = 0; j < this.keyOffsets.length; j++) this.removeKey(index, this.keyOffsets[j]!);
     this.ownerOf[index] = -1;
     this.live--;
     if (--this.ownerRefs[slot]! === 0) {
       this.owners[slot] = undefined;
       this.freeOwners.push(slot);
     }
-    this.freeIndices.push(index);
+    // Unlink from the eviction list, then push on the free chain.
+    const before = this.prev[index]!;
+    const after = this.next[index]!;
+    if (before >= 0) this.next[before] = after;
+    else this.head = after;
+    if (after >= 0) this.prev[after] = before;
+    else this.tailIndex = before;
+    this.next[index] = this.freeHead;
+    this.freeHead = index;
   }
 
-  /** Registers a body under an owner slot; returns its marker index. */
-  private insert(body: string, ownerSlot: number, markerNo: number, plantedMs: number): number {
-    let index = this.freeIndices.pop();
-    if (index === undefined) {
+  /** Registers a body under an owner slot, newest in the eviction list; returns its marker index. */
+  private insert(body: string, ownerSlot: number, markerNo: number): number {
+    let index = this.freeHead;
+    if (index >= 0) this.freeHead = this.next[index]!;
+    else {
       index = this.used++;
       if (index >= MAX_MARKERS) throw new MarkerError('KVC_MARKER_OPTION', `registry full: at most ${MAX_MARKERS} live markers`);
       if (index >= this.ownerOf.length) this.growIndices();
@@ -645,104 +745,105 @@ class Registry implements MarkerRegistry, WindowIndex {
     this.ownerOf[index] = ownerSlot;
     this.ownerRefs[ownerSlot]!++;
     this.markerNo[index] = markerNo;
-    this.plantedMs[index] = plantedMs;
-    const seq = this.nextSeq++;
-    this.seqs[index] = seq;
-    this.queue.push(index, seq);
+    this.prev[index] = this.tailIndex;
+    this.next[index] = -1;
+    if (this.tailIndex >= 0) this.next[this.tailIndex] = index;
+    else this.head = index;
+    this.tailIndex = index;
     this.live++;
-    for (let offset = 0; offset < this.windowsPerMarker; offset++) this.insertWindow(index, offset);
-    this.windows += this.windowsPerMarker;
+    for (let j = 0; j < this.keyOffsets.length; j++) this.insertKey(index, this.keyOffsets[j]!);
     return index;
   }
 
-  /** Doubles the per-index arrays and `bodies`. */
+  /** Doubles the per-index arrays and `bodies`, up to maxRecent entries (the most that can be live). */
   private growIndices(): void {
-    const n = this.ownerOf.length * 2;
-    const grow = <T extends Int32Array | Float64Array | Uint8Array>(from: T, to: T): T => {
+    const n = Math.min(this.ownerOf.length * 2, this.setup.maxRecent);
+    const grow = <T extends Int32Array | Uint8Array>(from: T, to: T): T => {
       to.set(from);
       return to;
     };
     this.ownerOf = grow(this.ownerOf, new Int32Array(n).fill(-1));
     this.markerNo = grow(this.markerNo, new Int32Array(n));
-    this.plantedMs = grow(this.plantedMs, new Float64Array(n));
-    this.seqs = grow(this.seqs, new Float64Array(n));
+    this.prev = grow(this.prev, new Int32Array(n));
+    this.next = grow(this.next, new Int32Array(n));
     this.bodies = grow(this.bodies, new Uint8Array(n * MARKER_BODY_LENGTH));
   }
 
-  /** Keep the table at most half full, and the filter at FILTER_BITS_PER_WINDOW, after adding `markers` more. */
+  /** Keep the table at most half full, and the filter at FILTER_BITS_PER_KEY, after adding `markers` more. */
   private ensureCapacity(markers: number): void {
-    const windows = this.windows + markers * this.windowsPerMarker;
-    if (windows * FILTER_BITS_PER_WINDOW > 2 ** (32 - this.filterShift)) this.rebuildFilter(windows);
-    const needed = windows * 2;
+    const keys = this.keyCount + markers * this.keyOffsets.length;
+    if (keys * FILTER_BITS_PER_KEY > 2 ** (32 - this.filterShift)) this.rebuildFilter(keys);
+    const needed = keys * 2;
     let log2 = 32 - this.shift;
     if (needed <= 1 << log2) return;
     while (1 << log2 < needed) log2++;
-    if (log2 > 30) throw new MarkerError('KVC_MARKER_OPTION', `registry full: window table would exceed 2^30 slots`);
+    if (log2 > 30) throw new MarkerError('KVC_MARKER_OPTION', `registry full: key table would exceed 2^30 slots`);
     this.shift = 32 - log2;
     this.mask = (1 << log2) - 1;
-    this.los = new Int32Array(1 << log2);
     this.refs = new Int32Array(1 << log2);
     for (let index = 0; index < this.used; index++) {
       if (this.ownerOf[index]! < 0) continue;
-      for (let offset = 0; offset < this.windowsPerMarker; offset++) this.insertWindow(index, offset);
+      for (let j = 0; j < this.keyOffsets.length; j++) this.placeRef(index, this.keyOffsets[j]!);
     }
   }
 
-  /** Size the filter for `windows` (default: the live ones) and set the bit of every live window. */
-  private rebuildFilter(windows = this.windows): void {
+  /** Size the filter for `keys` (default: the live ones) and set the bit of every live key. */
+  private rebuildFilter(keys = this.keyCount): void {
     let log2 = MIN_FILTER_LOG2;
-    while (2 ** log2 < windows * FILTER_BITS_PER_WINDOW) log2++;
+    while (2 ** log2 < keys * FILTER_BITS_PER_KEY) log2++;
     this.filterShift = 32 - log2;
     this.filter = new Int32Array(2 ** (log2 - 5));
     for (let index = 0; index < this.used; index++) {
       if (this.ownerOf[index]! < 0) continue;
-      for (let offset = 0; offset < this.windowsPerMarker; offset++) this.setFilterBit(index, offset);
+      for (let j = 0; j < this.keyOffsets.length; j++) this.setFilterBit(index, this.keyOffsets[j]!);
     }
   }
 
   private setFilterBit(index: number, offset: number): void {
     const start = index * MARKER_BODY_LENGTH + offset;
-    const lo = windowLo(this.bodies, start + this.fragmentLength - LO_CHARS);
-    const hi = laneAt(this.bodies, start, this.fragmentLength - LO_CHARS);
+    const lo = laneAt(this.bodies, start + this.keyLength - LO_CHARS, LO_CHARS);
+    const hi = laneAt(this.bodies, start, this.keyLength - LO_CHARS);
     const h = Math.imul(lo ^ Math.imul(hi, FILTER_HI_MULTIPLIER), FILTER_MULTIPLIER) >>> this.filterShift;
     this.filter[h >>> 5]! |= 1 << (h & 31);
   }
 
-  private insertWindow(index: number, offset: number): void {
+  private insertKey(index: number, offset: number): void {
     this.setFilterBit(index, offset);
-    const lo = windowLo(this.bodies, index * MARKER_BODY_LENGTH + offset + this.fragmentLength - LO_CHARS);
+    this.placeRef(index, offset);
+  }
+
+  /** Put the ref of the key at `offset` of marker `index` in the first free slot from its home. */
+  private placeRef(index: number, offset: number): void {
+    const lo = laneAt(this.bodies, index * MARKER_BODY_LENGTH + offset + this.keyLength - LO_CHARS, LO_CHARS);
     let s = Math.imul(lo, HASH_MULTIPLIER) >>> this.shift;
     while (this.refs[s] !== 0) s = (s + 1) & this.mask;
-    this.los[s] = lo;
     this.refs[s] = index * 32 + offset + 1;
   }
 
-  private removeWindow(index: number, offset: number): void {
+  private removeKey(index: number, offset: number): void {
     const ref = index * 32 + offset + 1;
-    const lo = windowLo(this.bodies, index * MARKER_BODY_LENGTH + offset + this.fragmentLength - LO_CHARS);
+    const lo = laneAt(this.bodies, index * MARKER_BODY_LENGTH + offset + this.keyLength - LO_CHARS, LO_CHARS);
     let i = Math.imul(lo, HASH_MULTIPLIER) >>> this.shift;
     while (this.refs[i] !== ref) {
       if (this.refs[i] === 0) return; // not present: nothing to remove
       i = (i + 1) & this.mask;
     }
     // Backward-shift deletion: pull later members of the probe cluster into the hole when their home slot
-    // is not cyclically inside (hole, their slot], so every key stays reachable from its home.
+    // is not cyclically inside (hole, their slot], so every key stays reachable from its home. The table
+    // holds refs only: a member's home is recomputed from its body bytes.
     const mask = this.mask;
     let j = i;
     for (;;) {
       j = (j + 1) & mask;
       const r = this.refs[j]!;
       if (r === 0) break;
-      const home = Math.imul(this.los[j]!, HASH_MULTIPLIER) >>> this.shift;
+      const home = Math.imul(keyLoOf(this, r), HASH_MULTIPLIER) >>> this.shift;
       const stays = i <= j ? i < home && home <= j : i < home || home <= j;
       if (stays) continue;
-      this.los[i] = this.los[j]!;
       this.refs[i] = r;
       i = j;
     }
     this.refs[i] = 0;
-    this.los[i] = 0;
-    this.windows--;
   }
 }
 
@@ -753,15 +854,9 @@ function laneAt(bodies: Uint8Array, start: number, chars: number): number {
   return lane;
 }
 
-/** The `lo` lane (last 6 characters of a window) starting at `start` in a body array. */
-function windowLo(bodies: Uint8Array, start: number): number {
-  return laneAt(bodies, start, LO_CHARS);
-}
-
-/** The `hi` lane of the window a table ref points at, read from the body bytes. */
-export function windowHi(index: WindowIndex, ref: number): number {
-  const start = ((ref - 1) >>> 5) * MARKER_BODY_LENGTH + ((ref - 1) & 31);
-  return laneAt(index.bodies, start, index.fragmentLength - LO_CHARS);
+/** The `lo` lane (last 6 characters) of the key a table ref points at, read from the body bytes (the table stores refs only). */
+function keyLoOf(index: WindowIndex, ref: number): number {
+  return laneAt(index.bodies, ((ref - 1) >>> 5) * MARKER_BODY_LENGTH + ((ref - 1) & 31) + index.keyLength - LO_CHARS, LO_CHARS);
 }
 
 function checkOwnerFields(owner: object, path: string): Omit<MarkerOwner, 'plantedAt'> {

@@ -9,13 +9,15 @@
  *   FRAG characters is checked from its end and a non-base32 character lets the scan jump past it, so
  *   most characters of ordinary text are never read. The RegExp restarts inside every word and ran 3-4x
  *   slower on model-like text; `npm run bench:scanner` measures both side by side.
- * - Inside a run the last FRAG characters are rolled into two int32 lanes (see marker-registry.ts) and
- *   every position is probed: one bit of the registry's prefilter, then, for the 1 in 8 to 16 that pass,
- *   the window table. Cost per position is constant whatever the number of live markers. Probes are queued
- *   in batches so the prefilter loads (the only memory traffic that grows with the registry) are issued
- *   back to back and overlap, instead of each stalling on a cache miss.
- * - A confirmed window opens a segment that is extended while the text agrees with the marker body: the
- *   longest contiguous agreement is one match. Windows already covered by a segment of the same marker and
+ * - Inside a run the last 9 characters (the registry's key length) are rolled into two int32 lanes (see
+ *   marker-registry.ts) and every position is probed: one bit of the registry's prefilter, then, for the 1
+ *   in 8 to 16 that pass, the key table. Cost per position is constant whatever the number of live markers.
+ *   Probes are queued in batches so the prefilter loads (the only memory traffic that grows with the
+ *   registry) are issued back to back and overlap, instead of each stalling on a cache miss.
+ * - A confirmed key is extended both ways while the text agrees with the marker body (backwards into the
+ *   kept tail when the agreement began in an earlier chunk): the longest contiguous agreement is one
+ *   match, reported when it spans FRAG or more characters. Every FRAG window of a body holds one indexed key
+ *   whole, so no such agreement is missed. Keys already covered by a segment of the same marker and
  *   alignment are not reported again.
  * - Streaming without re-scanning: the rolling lanes, the run length and open segments carry over between
  *   chunks, so a marker split anywhere (even one character per chunk) is found once. The only text kept is
@@ -27,7 +29,8 @@
  *   one scanned position and one (marker, body offset) pair the probability that L characters agree is
  *   exactly 32^-L. A match of length L >= FRAG starts at one of at most W registered (marker, offset)
  *   pairs (W = registered windows: every L-character piece starts where a FRAG window does), and the text
- *   offers N candidate positions (window probes made in this response). Union bound:
+ *   offers N candidate positions (the FRAG-character windows of base32 runs in this response; the key
+ *   probes that find them are an implementation detail and do not change N). Union bound:
  *   P(any chance agreement of length >= L in this response) <= W * N * 32^-L, capped at 1. It holds for
  *   any text, adversarial or not, as long as the text was not derived from the marker itself.
  * - Whole markers of this installation need no index: every 26-character window of a base32 run of 26 or
@@ -95,7 +98,7 @@ export interface MarkerMatch {
 export interface ScanStats {
   /** Characters (UTF-16 code units) pushed. */
   chars: number;
-  /** Window probes made: N in the chance bound. */
+  /** FRAG-character windows scanned (candidate match starts): N in the chance bound. */
   candidatePositions: number;
   /** Largest registered window count seen during the scan: W in the chance bound. */
   registeredWindows: number;
@@ -371,6 +374,7 @@ class Session implements ScanSession {
    */
   private roll(chunk: string, p: number, n: number): number {
     const frag = this.frag;
+    const keyLength = this.ix.keyLength;
     const hiMask = this.ix.hiMask;
     const batchLo = this.batchLo;
     const batchHi = this.batchHi;
@@ -379,6 +383,7 @@ class Session implements ScanSession {
     let lo = this.lo;
     let runLen = this.runLen;
     let batched = this.batched;
+    let windows = 0;
     const ring = this.ring;
     for (; p < n; p++) {
       const c = chunk.charCodeAt(p);
@@ -389,7 +394,8 @@ class Session implements ScanSession {
       ring[runLen & 31] = v;
       runLen++;
       if (runLen >= BODY_LENGTH) this.queueDecrypt(runLen, p);
-      if (runLen >= frag) {
+      if (runLen >= keyLength) {
+        if (runLen >= frag) windows++;
         batchLo[batched] = lo;
         batchHi[batched] = hi;
         batchAt[batched] = p;
@@ -404,6 +410,7 @@ class Session implements ScanSession {
     this.lo = lo;
     this.runLen = runLen;
     this.batched = batched;
+    this.lookups += windows;
     return p;
   }
 
@@ -440,9 +447,9 @@ class Session implements ScanSession {
     const batched = this.batched;
     if (batched === 0) return;
     this.batched = 0;
-    this.lookups += batched;
     const ix = this.ix;
-    const { filter, filterShift, los, refs, shift, mask } = ix;
+    const { filter, filterShift, refs, bodies, shift, mask } = ix;
+    const loStart = ix.keyLength - LO_CHARS;
     const batchLo = this.batchLo;
     const batchHi = this.batchHi;
     const passed = this.passed;
@@ -459,7 +466,10 @@ class Session implements ScanSession {
       for (let s = Math.imul(lo, HASH) >>> shift; ; s = (s + 1) & mask) {
         const ref = refs[s]!;
         if (ref === 0) break;
-        if (los[s] === lo) {
+        // Refs only: the slot's key `lo` lane is read from the body bytes.
+        const b = ((ref - 1) >>> 5) * BODY_LENGTH + ((ref - 1) & 31) + loStart;
+        const slotLo = (((((((((bodies[b]! << 5) | bodies[b + 1]!) << 5) | bodies[b + 2]!) << 5) | bodies[b + 3]!) << 5) | bodies[b + 4]!) << 5) | bodies[b + 5]!;
+        if (slotLo === lo) {
           this.loMatches.push(k, ref);
           hits++;
         }
@@ -469,7 +479,7 @@ class Session implements ScanSession {
     if (hits > 0) this.confirm(chunk, n);
   }
 
-  /** Windows whose `lo` lane matched a slot (pairs of batch index, ref): check `hi`, then open segments. */
+  /** Keys whose `lo` lane matched a slot (pairs of batch index, ref): check `hi`, then verify the text around them. */
   private confirm(chunk: string, n: number): void {
     const pairs = this.loMatches;
     for (let j = 0; j < pairs.length; j += 2) {
@@ -480,22 +490,50 @@ class Session implements ScanSession {
     pairs.length = 0;
   }
 
-  /** A window ending at chunk index `at` agrees with a marker body: open a segment unless one covers it. */
+  /**
+   * A key ending at chunk index `at` agrees with a marker body (its key at body offset `(ref - 1) & 31`).
+   * The agreement is extended both ways over the text (back into the kept tail if need be, forward to the
+   * end of the chunk): it is a match when it spans at least FRAG characters. Every FRAG window of the body
+   * holds a key whole, so every agreement of FRAG or more is reached through one of its keys, and it opens
+   * one segment with exactly the bounds the window-per-position index gave. An agreement still open at the
+   * chunk's end stays a segment and is judged when it closes.
+   */
   private hit(ref: number, at: number, chunk: string, n: number): void {
-    const entry = this.ix.entryAt((ref - 1) >>> 5);
-    if (entry === undefined) return;
-    const bodyOffset = (ref - 1) & 31;
-    const lastAbs = this.chunkStart + at;
-    const start = lastAbs - this.frag + 1;
-    // Hits arrive in text order, so a closed segment ending before this window can never cover a later
-    // one: drop those, or a chunk repeating one marker thousands of times would make this quadratic.
-    if (this.segs.length > 8) this.segs = this.segs.filter((seg) => !seg.closed || seg.start + seg.length > start);
-    for (const seg of this.segs) {
-      if (seg.entry.marker === entry.marker && seg.start - seg.bodyOffset === start - bodyOffset && lastAbs < seg.start + seg.length) return;
+    const index = (ref - 1) >>> 5;
+    const keyOffset = (ref - 1) & 31;
+    const bodies = this.ix.bodies;
+    const base = index * BODY_LENGTH;
+    const keyStart = this.chunkStart + at - this.ix.keyLength + 1;
+    let from = keyOffset;
+    while (from > 0 && this.valueAt(keyStart - (keyOffset - from) - 1, chunk) === bodies[base + from - 1]) from--;
+    let to = keyOffset + this.ix.keyLength;
+    let q = at + 1;
+    while (to < BODY_LENGTH && q < n && charValue(chunk.charCodeAt(q)) === bodies[base + to]) {
+      to++;
+      q++;
     }
-    const seg: Segment = { entry, body: entry.marker.slice(MARKER_PREFIX.length), bodyOffset, start, length: this.frag, closed: false };
+    const closed = to === BODY_LENGTH || q < n;
+    if (closed && to - from < this.frag) return; // a chance agreement shorter than a fragment
+    const start = keyStart - (keyOffset - from);
+    const lastAbs = this.chunkStart + at;
+    // Hits arrive in text order, so a closed segment ending before this key can never cover a later one:
+    // drop those, or a chunk repeating one marker thousands of times would make this quadratic.
+    if (this.segs.length > 8) this.segs = this.segs.filter((seg) => !seg.closed || seg.start + seg.length > keyStart);
+    for (const seg of this.segs) {
+      if (seg.start - seg.bodyOffset === start - from && lastAbs < seg.start + seg.length && sameBody(seg.body, bodies, base)) return;
+    }
+    const entry = this.ix.entryAt(index);
+    if (entry === undefined) return;
+    const seg: Segment = { entry, body: entry.marker.slice(MARKER_PREFIX.length), bodyOffset: from, start, length: to - from, closed: false };
     this.segs.push(seg);
-    this.grow(seg, chunk, n);
+    if (closed) this.close(seg);
+  }
+
+  /** The base32 value of the text at absolute offset `abs` (current chunk or kept tail), -1 if not base32 or not kept. */
+  private valueAt(abs: number, chunk: string): number {
+    if (abs >= this.chunkStart) return charValue(chunk.charCodeAt(abs - this.chunkStart));
+    const k = abs - (this.chunkStart - this.tail.length);
+    return k >= 0 ? charValue(this.tail.charCodeAt(k)) : -1;
   }
 
   /** Extend a segment over the current chunk while the text agrees with the body; close it where it stops. */
@@ -514,6 +552,7 @@ class Session implements ScanSession {
 
   private close(seg: Segment, decrypted = false): void {
     seg.closed = true;
+    if (seg.length < this.frag) return; // a key's agreement that ended short of a fragment: not a match
     const { entry } = seg;
     const self = entry.requestId === this.reader.requestId && (this.reader.runId === undefined || entry.runId === this.reader.runId);
     if (self) this.selfCount++;
@@ -598,12 +637,23 @@ function isBase32(code: number): boolean {
   return code < 128 && B32[code]! >= 0;
 }
 
-/** The `hi` lane of the window a table ref points at, from the body bytes (see marker-registry.ts). */
+/** The base32 value of a UTF-16 code unit (any case), -1 if it is not base32. */
+function charValue(code: number): number {
+  return code < 128 ? B32[code]! : -1;
+}
+
+/** Whether a lowercase body string has the body values at `base`. */
+function sameBody(body: string, bodies: Uint8Array, base: number): boolean {
+  for (let k = 0; k < BODY_LENGTH; k++) if (B32[body.charCodeAt(k)] !== bodies[base + k]) return false;
+  return true;
+}
+
+/** The `hi` lane of the key a table ref points at, from the body bytes (see marker-registry.ts). */
 function hiOf(ix: WindowIndex, ref: number): number {
   const start = ((ref - 1) >>> 5) * BODY_LENGTH + ((ref - 1) & 31);
   const bodies = ix.bodies;
   let hi = 0;
-  for (let k = 0, n = ix.fragmentLength - LO_CHARS; k < n; k++) hi = (hi << 5) | bodies[start + k]!;
+  for (let k = 0, n = ix.keyLength - LO_CHARS; k < n; k++) hi = (hi << 5) | bodies[start + k]!;
   return hi;
 }
 

@@ -11,8 +11,9 @@
  *   to another machine makes that machine part of the installation.
  * - `run`'s store: `runs.sqlite` under the same home (or `run --store FILE`, e.g. the file `serve` writes, to
  *   share plantings with it), holding one planting row per request and each run's record.
- * - The fragment index bound: `KVCANARY_RECENT_MARKERS` (default 50000, about 490 bytes each), the most
- *   recent markers whose fragments (12+ characters) are recognised; whole markers need no index.
+ * - The fragment index bound: `KVCANARY_RECENT_MARKERS` (default 50000, about 130 bytes each: ~6.5 MB,
+ *   `npm run bench:marker-memory`), the most recent markers whose fragments (12+ characters) are
+ *   recognised; whole markers need no index.
  */
 import { randomBytes } from 'node:crypto';
 import { chmodSync, linkSync, mkdirSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
