@@ -18,6 +18,7 @@ import { FINDING_KINDS, isFindingKind } from '../probe/findings.js';
 import type { Outcome } from '../probe/result.js';
 import type { RunSummary, Store, StoredFinding, TargetLatest } from './store.js';
 import { groupThousands } from '../locale-free.js';
+import { writeExposition } from './metrics-exposition.js';
 
 export interface LoopState {
   target: string;
@@ -118,7 +119,7 @@ export async function startServiceServer(opts: ServiceServerOptions): Promise<Se
     try {
       switch (url.pathname) {
         case '/metrics': {
-          send(res, 200, opts.registry.contentType, await opts.registry.metrics(), req.method === 'HEAD');
+          await writeExposition(res, opts.registry, SECURITY_HEADERS, req.method === 'HEAD');
           return;
         }
         case '/healthz': {
