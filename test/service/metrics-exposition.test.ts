@@ -62,6 +62,37 @@ describe('metrics exposition', () => {
     expect(await head.text()).toBe('');
   });
 
+  it('waits for a slow socket chunk by chunk without piling up listeners', async () => {
+    const registry = new Registry();
+    for (let m = 0; m < 40; m++) {
+      const g = new Gauge({ name: `big_${m}`, help: 'h', labelNames: ['series'], registers: [registry] });
+      for (let i = 0; i < 3000; i++) g.set({ series: `series-number-${i}-with-some-length` }, i);
+    }
+    const warnings: Error[] = [];
+    const onWarning = (w: Error): void => void warnings.push(w);
+    process.on('warning', onWarning);
+    closers.push(() => void process.off('warning', onWarning));
+    const store = openStore({ path: ':memory:', retentionMs: 86_400_000 });
+    const server = await startServiceServer({ port: 0, registry, store });
+    closers.push(() => store.close(), () => server.close());
+    // A reader that stops between reads, so nearly every chunk meets a full socket.
+    const body = await new Promise<string>((resolve, reject) => {
+      request(`${server.url}metrics`, (res) => {
+        const parts: Buffer[] = [];
+        res.on('data', (d: Buffer) => {
+          parts.push(d);
+          res.pause();
+          setTimeout(() => res.resume(), 1);
+        });
+        res.on('end', () => resolve(Buffer.concat(parts).toString('utf8')));
+        res.on('error', reject);
+      }).on('error', reject).end();
+    });
+    expect(body).toBe(await registry.metrics());
+    await new Promise((r) => setTimeout(r, 50));
+    expect(warnings.map((w) => w.name)).toEqual([]);
+  });
+
   it('answers 500 when a metric fails before anything is written, and cuts the connection when one fails later', async () => {
     const failing = (name: string): Registry => {
       const r = new Registry();

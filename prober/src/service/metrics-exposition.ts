@@ -27,6 +27,16 @@ export async function* expositionChunks(registry: Registry): AsyncGenerator<stri
   yield '\n';
 }
 
+/** Waits for the socket to take more, or to go away; the loser's listener is removed (not left per chunk). */
+async function drainedOrClosed(res: ServerResponse): Promise<void> {
+  const ac = new AbortController();
+  try {
+    await Promise.race([once(res, 'drain', { signal: ac.signal }), once(res, 'close', { signal: ac.signal })]);
+  } finally {
+    ac.abort();
+  }
+}
+
 /**
  * Answers with the exposition, chunked, under `headers` and the registry's content type. A metric that
  * fails before the first chunk rejects before anything is written (the caller can still answer 500); one
@@ -46,7 +56,7 @@ export async function writeExposition(res: ServerResponse, registry: Registry, h
       await chunks.return(undefined);
       return;
     }
-    if (!res.write(next.value)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+    if (!res.write(next.value)) await drainedOrClosed(res);
     next = await chunks.next();
   }
   res.end();
