@@ -136,3 +136,16 @@ export async function measureServe(children: ChildTracker, o: ServeScaleOptions)
     }
   }
 }
+
+/** Starts `targets` fake endpoints (bench/scale-endpoints.ts), measures one serve against them, stops them. */
+export async function measureAgainstFakes(children: ChildTracker, o: Omit<ServeScaleOptions, 'urls'> & { targets: number }): Promise<ServeScale> {
+  const { targets, ...rest } = o;
+  const endpoints = children.spawnTs('bench/scale-endpoints.ts', ['--count', String(targets)]);
+  try {
+    const { urls } = JSON.parse(await firstLine(endpoints)) as { urls: string[] };
+    return await measureServe(children, { ...rest, urls });
+  } finally {
+    killGroup(endpoints);
+    await exited(endpoints);
+  }
+}

@@ -23,8 +23,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { tmpdir, totalmem } from 'node:os';
-import { createChildTracker, firstLine, killGroup, exited, REPO_ROOT } from './child.js';
-import { measureServe, type ServeScale } from './scale-serve.js';
+import { createChildTracker, REPO_ROOT } from './child.js';
+import { measureAgainstFakes, type ServeScale } from './scale-serve.js';
 import { compiledCli } from '../bin/compiled-build.js';
 import { describeRuntime, imageRuntime } from '../deploy/image-runtime.js';
 import { shardOf } from '../prober/src/service/shard.js';
@@ -62,18 +62,11 @@ process.once('SIGINT', () => { children.killAll(); process.exit(130); });
 const dir = mkdtempSync(join(tmpdir(), 'kvcanary-bench-scale-'));
 
 async function measureOnce(targets: number, scenarios: string[] | undefined, heap: Row['heap'], attempt: number): Promise<ServeScale> {
-  const endpoints = children.spawnTs('bench/scale-endpoints.ts', ['--count', String(targets)]);
   const run = join(dir, `${targets}-${scenarios === undefined ? 'all' : 'cheap'}-${heap === 'image' ? 'image' : 'node'}-${attempt}`);
   mkdirSync(run);
-  try {
-    const { urls } = JSON.parse(await firstLine(endpoints)) as { urls: string[] };
-    const out = await measureServe(children, { urls, concurrency: 16, dir: run, ...(heap === 'image' ? { runtime } : {}), ...(scenarios === undefined ? {} : { scenarios }) });
-    process.stderr.write(`${JSON.stringify({ scenarios: scenarios ?? 'all', heap, attempt, ...out })}\n`);
-    return out;
-  } finally {
-    killGroup(endpoints);
-    await exited(endpoints);
-  }
+  const out = await measureAgainstFakes(children, { targets, concurrency: 16, dir: run, ...(heap === 'image' ? { runtime } : {}), ...(scenarios === undefined ? {} : { scenarios }) });
+  process.stderr.write(`${JSON.stringify({ scenarios: scenarios ?? 'all', heap, attempt, ...out })}\n`);
+  return out;
 }
 
 async function measure(set: string, targets: number, scenarios: string[] | undefined, heap: Row['heap'] = 'image'): Promise<Row> {

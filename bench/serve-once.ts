@@ -13,8 +13,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { parseArgs } from 'node:util';
-import { createChildTracker, firstLine, killGroup, exited } from './child.js';
-import { measureServe } from './scale-serve.js';
+import { createChildTracker } from './child.js';
+import { measureAgainstFakes } from './scale-serve.js';
 import { imageRuntime, type ImageRuntime } from '../deploy/image-runtime.js';
 
 const { values } = parseArgs({
@@ -37,14 +37,10 @@ const runtime = runtimeOf(values.runtime);
 const children = createChildTracker();
 process.once('SIGINT', () => { children.killAll(); process.exit(130); });
 const dir = mkdtempSync(join(tmpdir(), 'kvcanary-serve-once-'));
-const endpoints = children.spawnTs('bench/scale-endpoints.ts', ['--count', String(targets)]);
 try {
-  const { urls } = JSON.parse(await firstLine(endpoints)) as { urls: string[] };
   const scenarios = values.scenarios === 'all' ? undefined : values.scenarios.split(',');
-  const out = await measureServe(children, { urls, concurrency: 16, dir, runtime, ...(scenarios === undefined ? {} : { scenarios }) });
+  const out = await measureAgainstFakes(children, { targets, concurrency: 16, dir, runtime, ...(scenarios === undefined ? {} : { scenarios }) });
   process.stdout.write(`${JSON.stringify({ scenarios: values.scenarios, runtime: values.runtime, ...out })}\n`);
 } finally {
-  killGroup(endpoints);
-  await exited(endpoints);
   rmSync(dir, { recursive: true, force: true });
 }

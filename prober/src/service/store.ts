@@ -498,23 +498,26 @@ const short = (s: string, secrets: readonly string[]): string => safeText(s, MAX
  */
 const PAGE_CACHE_KIB = 2048;
 
+/** Every connection's settings: `kvcanary report` may read while `serve` writes (wait for the writer rather than fail); the page cache. */
+function tuneConnection(db: Database.Database): void {
+  db.pragma('busy_timeout = 5000');
+  db.pragma(`cache_size = -${PAGE_CACHE_KIB}`);
+}
+
 /** Opens (read-only: checks the schema; otherwise creates owner-only, WAL, migrated) the database. */
 function openDatabase(opts: StoreOptions): Database.Database {
   let db: Database.Database;
   try {
     if (opts.readonly === true) {
       db = new Database(opts.path, { readonly: true, fileMustExist: true });
-      db.pragma('busy_timeout = 5000');
-      db.pragma(`cache_size = -${PAGE_CACHE_KIB}`);
+      tuneConnection(db);
       checkSchema(db, opts.path);
     } else {
       if (opts.path !== ':memory:') prepareFile(opts.path);
       db = new Database(opts.path);
       db.pragma('journal_mode = WAL');
       db.pragma('synchronous = FULL');
-      db.pragma(`cache_size = -${PAGE_CACHE_KIB}`);
-      // `kvcanary report` may read while `serve` writes; wait for the writer rather than fail.
-      db.pragma('busy_timeout = 5000');
+      tuneConnection(db);
       // Table rebuilds in migrations must not cascade deletes: foreign keys are enforced once the schema is current.
       db.pragma('foreign_keys = OFF');
       migrate(db);
