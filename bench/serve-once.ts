@@ -27,10 +27,14 @@ if (!Number.isInteger(targets) || targets < 1) throw new Error(`serve-once: --ta
 function runtimeOf(arg: string): ImageRuntime | undefined {
   if (arg === 'image') return imageRuntime();
   if (arg === 'node-defaults') return undefined;
-  let parsed: unknown;
-  try { parsed = JSON.parse(arg); } catch { throw new Error(`serve-once: --runtime is image, node-defaults or JSON {"env": {...}, "nodeArgs": [...]}, got ${arg}`); }
-  const r = parsed as Partial<ImageRuntime>;
-  return { env: r.env ?? {}, nodeArgs: r.nodeArgs ?? [] };
+  const bad = new Error(`serve-once: --runtime is image, node-defaults or JSON {"env": {NAME: "value"}, "nodeArgs": ["--flag"]}, got ${arg}`);
+  let r: Partial<ImageRuntime>;
+  try { r = JSON.parse(arg) as Partial<ImageRuntime>; } catch { throw bad; }
+  const env = r?.env ?? {};
+  const nodeArgs = r?.nodeArgs ?? [];
+  if (typeof r !== 'object' || r === null || typeof env !== 'object' || Object.values(env).some((v) => typeof v !== 'string')
+    || !Array.isArray(nodeArgs) || nodeArgs.some((a) => typeof a !== 'string')) throw bad;
+  return { env, nodeArgs };
 }
 const runtime = runtimeOf(values.runtime);
 
