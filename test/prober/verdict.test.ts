@@ -4,7 +4,7 @@
  */
 import { XMLParser } from 'fast-xml-parser';
 import { describe, expect, it } from 'vitest';
-import { exitCodeFor, summaryTable, toJson, toJunit } from '../../prober/src/commands/run-output.js';
+import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from '../../prober/src/commands/run-output.js';
 import { EXIT } from '../../prober/src/exit-codes.js';
 import { FINDING_KINDS, makeFinding, type Finding } from '../../prober/src/probe/findings.js';
 import { combineOutcomes, powerOf, trialsFor, type Outcome, type ProbeRun, type ScenarioResult } from '../../prober/src/probe/result.js';
@@ -130,5 +130,35 @@ describe('acknowledged findings (silences)', () => {
       findings: [{ kind: 'cross-request-leak', acknowledged: { silence: '3', reason: 'known (TICKET-9)', expiresAt: '2026-02-01T00:00:00.000Z', createdBy: 'ops' } }],
     });
     expect(summaryTable(r)).toContain('ACKNOWLEDGED ×1: silence 3 (ops) until 2026-02-01T00:00:00.000Z: known (TICKET-9)');
+  });
+});
+
+describe('run -q: the one line says the verdict the exit code gives', () => {
+  const acked = { ...leak, acknowledged: 'silence 1 (ops) until 2026-02-01T00:00:00.000Z: known' };
+  const verdictOf = (line: string): string => /: (PASS|FAIL|INCONCLUSIVE|NOT-APPLICABLE)\b/.exec(line)![1]!;
+  const wordFor = { [EXIT.pass]: 'PASS', [EXIT.fail]: 'FAIL', [EXIT.inconclusive]: 'INCONCLUSIVE' } as Record<number, string>;
+  it('a finding below --fail-on plus an acknowledged one: exit 0 and PASS, both counted after it', () => {
+    const r = run([scen('overlimit-handoff', 'pass', [acked]), scen('capacity-audit', 'fail', [warning])]);
+    expect(r.outcome).toBe('fail');
+    expect(exitCodeFor(r, 'critical')).toBe(EXIT.pass);
+    const line = quietLine(r, 'critical');
+    expect(verdictOf(line)).toBe('PASS');
+    expect(line).toContain('1 finding(s) below --fail-on critical');
+    expect(line).toContain('1 acknowledged finding(s)');
+    expect(line).not.toContain('FAIL');
+  });
+  it('agrees with the exit code at every --fail-on', () => {
+    const runs = [
+      run([scen('overlimit-handoff', 'pass', [acked]), scen('capacity-audit', 'fail', [warning])]),
+      run([scen('overlimit-handoff', 'fail', [leak]), scen('capacity-audit', 'fail', [warning])]),
+      run([scen('overlimit-handoff', 'pass', [acked])]),
+      run([scen('overlimit-handoff', 'inconclusive', [], { reason: 'deadline' }), scen('capacity-audit', 'fail', [warning])]),
+    ];
+    for (const r of runs) {
+      for (const failOn of ['critical', 'high', 'warning', 'info'] as const) {
+        expect(verdictOf(quietLine(r, failOn)), `${failOn}: ${quietLine(r, failOn)}`).toBe(wordFor[exitCodeFor(r, failOn)]);
+      }
+    }
+    expect(quietLine(runs[1]!, 'warning')).toMatch(/FAIL: 2 finding\(s\) at or above warning$/);
   });
 });

@@ -119,7 +119,7 @@ export async function runMain(args: string[]): Promise<number> {
     const { silences, names } = runSilences({ ...(config === undefined ? {} : { config }), store, target: opts.target, now });
     const run = applySilences(probed, silences, now, names);
     store.recordRun(run);
-    process.stderr.write(forTerminal(opts.quiet ? quietLine(run) : summaryTable(run)) + '\n');
+    process.stderr.write(forTerminal(opts.quiet ? quietLine(run, opts.failOn) : summaryTable(run)) + '\n');
     if (opts.json) process.stdout.write(JSON.stringify(toJson(run, silences), null, 2) + '\n');
     if (opts.junit !== undefined) {
       try {

@@ -179,7 +179,8 @@ export class ConfigError extends Error {
 export interface ParseConfigOptions {
   /** Environment used to check that api_key_env variables are set. @default process.env */
   env?: Record<string, string | undefined>;
-  /** Check that every api_key_env variable is set (serve, run). check-config and report only need it named. @default true */
+  /** Check that every api_key_env variable is set and every api_key_file readable (serve). check-config, report, ack
+   *  and run's --config (silences only) need them only named. @default true */
   requireSecrets?: boolean;
   /** Scenario names the prober knows; anything else is rejected. */
   knownScenarios: readonly string[];
@@ -417,11 +418,15 @@ class Validator {
     return value;
   }
 
-  /** A key file: must exist and be readable now (its content is never echoed). */
+  /**
+   * A key file: must exist and be readable now (its content is never echoed), unless no key is needed
+   * (requireSecrets false: ack, report and run read only the store path or silences, never a key).
+   */
   private keyFile(value: unknown, p: string): string | undefined {
     const s = this.string(value, p, 'the path of a file holding the API key');
     if (s === undefined) return undefined;
     const file = path.resolve(this.opts.baseDir ?? process.cwd(), s);
+    if (this.opts.requireSecrets === false) return file;
     try {
       accessSync(file, fsConstants.R_OK);
       if (!statSync(file).isFile()) return this.fail(p, `${file} is not a file`);

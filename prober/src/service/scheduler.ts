@@ -146,7 +146,10 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
   function removeLoop(loop: Loop): void {
     loop.removed = true;
     timers.cancel(loop);
-    logger.info({ target: loop.target.name }, 'target removed from config');
+    // A discovered target (named SOURCE/HOST:PORT; configured names cannot hold '/') leaves when its source
+    // stops listing it (or its discover entry leaves the config): say so, not "removed from config".
+    if (loop.target.name.includes('/')) logger.info({ target: loop.target.name }, 'target removed by discovery: its source no longer lists it');
+    else logger.info({ target: loop.target.name }, 'target removed from config');
     retireIfDone(loop);
   }
 
