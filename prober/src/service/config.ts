@@ -75,6 +75,7 @@ import { targetSecrets } from '../probe/redactor.js';
 import { parseDiscover, type DiscoverSpec } from './discovery/spec.js';
 import { DEFAULT_SCENARIO_INTERVALS, EVERY_CYCLE } from './scenario-schedule.js';
 import { parseSilence, type Silence } from './silences.js';
+import { parseExternalUrl } from './external-url.js';
 import type { KeyFiles } from './key-files.js';
 import { accessSync, constants as fsConstants, statSync } from 'node:fs';
 
@@ -142,6 +143,8 @@ export interface ServiceConfig {
   discovery?: DiscoveryEntry[];
   /** `silences:`: acknowledged findings (silences.ts); `kvcanary ack` adds more in the store. */
   silences?: Silence[];
+  /** `external_url:` the status page as on-call reaches it, `{shard}` for the shard index (external-url.ts). */
+  externalUrl?: string;
 }
 
 /** A `discover:` entry: `template` (baseUrl '') is what every discovered target of it inherits. */
@@ -682,7 +685,7 @@ class Validator {
 
   root(raw: unknown): ServiceConfig | undefined {
     if (raw === null || raw === undefined) return this.fail('', 'the config is empty: expected a mapping with at least `targets`');
-    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets', 'allowed_hosts', 'shutdown_grace', 'silences']);
+    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets', 'allowed_hosts', 'shutdown_grace', 'silences', 'external_url']);
     if (o === undefined) return undefined;
 
     const listen = this.listen(o.listen ?? DEFAULTS.listen, 'listen');
@@ -775,10 +778,15 @@ class Validator {
     return config;
   }
 
-  /** `allowed_hosts:` and `shutdown_grace:`. */
-  private serviceExtras(o: Obj): Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs'> | undefined {
+  /** `allowed_hosts:`, `shutdown_grace:` and `external_url:`. */
+  private serviceExtras(o: Obj): Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs' | 'externalUrl'> | undefined {
     const before = this.issues.length;
-    const out: Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs'> = {};
+    const out: Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs' | 'externalUrl'> = {};
+    if (o.external_url !== undefined) {
+      const r = parseExternalUrl(o.external_url);
+      if ('error' in r) this.fail('external_url', r.error);
+      else out.externalUrl = r.url;
+    }
     if (o.allowed_hosts !== undefined) {
       const hosts = o.allowed_hosts;
       if (!Array.isArray(hosts) || hosts.length > 64 || !hosts.every((h) => typeof h === 'string' && /^[A-Za-z0-9.-]{1,253}$/.test(h))) {

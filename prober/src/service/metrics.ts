@@ -23,6 +23,8 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import { FINDING_KINDS, type Finding, type FindingKind } from '../probe/findings.js';
 import { CompactHistogram } from './compact-histogram.js';
 import { OUTCOMES, type Outcome, type ProbeRun, type TransportClass } from '../probe/result.js';
+import { createOpenFindings, type OpenFindings } from './open-findings.js';
+import type { Silence } from './silences.js';
 
 export { OUTCOMES };
 
@@ -73,11 +75,21 @@ export interface Metrics {
   streaks: Map<string, number>;
   /** The kinds kvcanary_last_run_findings has a series for, per target/scenario. */
   lastRunKinds: Map<string, Set<string>>;
+  /** kvcanary_open_findings: what the finding alerts read (open-findings.ts). */
+  open: OpenFindings;
 }
 
-export function createMetrics(registry: Registry): Metrics {
+export interface MetricsOptions {
+  /** Silences in force now, re-read at every scrape by kvcanary_open_findings. @default none */
+  silences?: () => readonly Silence[];
+  /** @default Date.now */
+  now?: () => number;
+}
+
+export function createMetrics(registry: Registry, opts: MetricsOptions = {}): Metrics {
   const registers = [registry];
   return {
+    open: createOpenFindings({ registry, silences: opts.silences ?? (() => []), now: opts.now ?? Date.now }),
     probeRuns: new Counter({ name: 'kvcanary_probe_runs_total', help: 'Scenario runs completed, by outcome (inconclusive is never a pass).', labelNames: ['target', 'scenario', 'outcome'], registers }),
     probeCycles: new Counter({ name: 'kvcanary_probe_cycles_total', help: 'Whole probe cycles (all scenarios of one run), by combined outcome.', labelNames: ['target', 'outcome'], registers }),
     findings: new Counter({ name: 'kvcanary_findings_total', help: 'Findings, by kind and severity.', labelNames: ['target', 'scenario', 'kind', 'severity'], registers }),
@@ -146,9 +158,10 @@ export function observeSchedules(m: Metrics, targets: readonly { name: string; s
  */
 export function seedScenarioState(
   m: Metrics,
-  s: { target: string; scenario: string; outcome: Outcome; at: string; inconclusiveStreak: number; findingCounts?: Readonly<Record<string, number>> },
+  s: { target: string; scenario: string; outcome: Outcome; at: string; inconclusiveStreak: number; findingCounts?: Readonly<Record<string, number>>; runId?: string },
 ): void {
   if (s.findingCounts !== undefined) {
+    m.open.seed(s.target, s.scenario, s.runId ?? '', s.findingCounts);
     const counts: Record<string, number> = {};
     for (const [kind, n] of Object.entries(s.findingCounts)) {
       const k = Object.hasOwn(FINDING_KINDS, kind) ? kind : 'unknown';
@@ -183,6 +196,7 @@ export async function forgetTarget(m: Metrics, target: string): Promise<void> {
   }
   for (const k of [...m.streaks.keys()]) if (k.startsWith(`${target}\u0000`)) m.streaks.delete(k);
   for (const k of [...m.lastRunKinds.keys()]) if (k.startsWith(`${target}\u0000`)) m.lastRunKinds.delete(k);
+  m.open.forget(target);
 }
 
 /** Unacknowledged findings per kind (unknown kinds as `unknown`, as kvcanary_findings_total counts them). */
@@ -216,6 +230,7 @@ export function observeFindings(m: Metrics, target: string, findings: readonly F
 /** Updates every metric from one completed probe cycle. */
 export function observeRun(m: Metrics, run: ProbeRun): void {
   const target = run.target;
+  m.open.observeRun(run);
   m.probeCycles.inc({ target, outcome: outcomeLabel(run.outcome) });
   m.targetUp.set({ target }, run.up ? 1 : 0);
   // A cycle that reached the endpoint and learnt nothing means the fact is no longer exposed; a cycle that

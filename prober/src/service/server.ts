@@ -19,6 +19,7 @@ import type { Outcome } from '../probe/result.js';
 import type { RunSummary, Store, StoredFinding, TargetLatest } from './store.js';
 import { groupThousands } from '../locale-free.js';
 import { writeExposition } from './metrics-exposition.js';
+import { targetAnchor } from './external-url.js';
 
 export interface LoopState {
   target: string;
@@ -286,7 +287,7 @@ function targetSection(name: string, baseUrl: string, scenarios: readonly string
     ? 'no completed cycle yet'
     : `last cycle ${badge(last.outcome)} ${ago(last.finishedAt, now)} · model ${escapeHtml(last.model || '?')} · endpoint ${last.up ? 'reached' : '<b>not reached</b>'} · ${last.findingCount} finding${last.findingCount === 1 ? '' : 's'}`;
   const loopLine = loop === undefined ? '' : ` · loop ${escapeHtml(loop.state)}${loop.nextRunAt !== undefined ? `, next run ${escapeHtml(loop.nextRunAt)}` : ''}${loop.abandoned > 0 ? `, <b>${loop.abandoned} abandoned probe(s)</b>` : ''}`;
-  return `<section><h2>${escapeHtml(name)} <small>${escapeHtml(baseUrl)}</small></h2>
+  return `<section id="${escapeHtml(targetAnchor(name))}"><h2>${escapeHtml(name)} <small>${escapeHtml(baseUrl)}</small></h2>
 <p>${lastLine}${loopLine}</p>${skipsHtml(loop, now)}<p>${escapeHtml(capText)}${below}</p>
 <table><thead><tr><th>scenario</th><th>latest outcome</th><th>when</th><th>notes</th></tr></thead><tbody>
 ${[...rows.values()].join('\n')}
