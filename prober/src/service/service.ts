@@ -153,6 +153,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
       targets: () => effective.targets,
       apiTargets: () => fleet.apiTargets(effective.targets, sched.states()),
       extraHtml: () => renderFleetSection(fleet.status(effective.targets)),
+      silences: () => activeSilences(store, config, clock.now(), logger),
       logger,
       now: () => clock.now(),
       ...(config.allowedHosts !== undefined ? { allowedHosts: config.allowedHosts } : {}),
