@@ -34,6 +34,7 @@ describe('serve + real Prometheus + dashboards + alerts', () => {
     writeFileSync(
       config,
       `store: { path: ${join(dir, 'evidence.sqlite')}, retention: 1d }
+external_url: https://kvcanary.example.com/
 log: { level: warn }
 schedule: { interval: 6s, timeout: 5s, jitter: 500ms, scenarios: every_cycle }
 concurrency: { global: 2, per_target: 1 }
@@ -44,7 +45,7 @@ targets:
     base_url: ${engines[1]!.url}/v1
 `,
     );
-    serve = spawn(process.execPath, [BIN, 'serve', '--config', config, '--listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    serve = spawn(process.execPath, [BIN, 'serve', '--config', config, '--listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: dir } });
     serve.stderr!.resume();
     serveUrl = await new Promise<string>((resolve, reject) => {
       const t = setTimeout(() => reject(new Error(`serve printed no URL: ${stdout}`)), 20_000);
@@ -90,7 +91,8 @@ targets:
     // The leak alert fires for the incident engine (once the rules have evaluated the finding) and never for
     // the remediated one.
     await prom.waitFor('ALERTS{alertstate="firing", target="incident"}', (s) => s.length > 0, { timeoutMs: 60_000, intervalMs: 500 });
-    const firing = (await prom.rules()).flatMap((r) => r.alerts.map((a) => ({ rule: r.name, target: a.labels['target'] })));
+    const firing = (await prom.rules()).flatMap((r) => r.alerts.map((a) => ({ rule: r.name, target: a.labels['target'], page: a.labels['status_page'], shard: a.labels['shard'] })));
+    expect(firing.find((a) => a.rule === 'KvcanaryCrossRequestLeak' && a.target === 'incident')).toMatchObject({ page: 'https://kvcanary.example.com/#target-incident', shard: '0/1' });
     expect(firing.some((a) => a.target === 'incident')).toBe(true);
     expect(firing.filter((a) => a.target === 'remediated' && /Leak|Rejection/.test(a.rule))).toEqual([]);
   }, 240_000);

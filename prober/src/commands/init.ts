@@ -19,6 +19,8 @@ export function exampleConfig(): string {
 # Reload without a restart: SIGHUP (a bad new config keeps the old one and logs why).
 
 listen: 127.0.0.1:9464            # /metrics, /healthz, the status page and /api; bind 0.0.0.0:9464 in a container
+# external_url: https://kvcanary-{shard}.example.com/   # the status page as on-call reaches it ({shard}: the
+#                                   # shard index); alerts link to it (docs/operations.md "Metrics")
 store:
   path: ./kvcanary.sqlite         # evidence database (relative to this file); "{shard}" becomes the shard index
   retention: 7d                   # requests and markers older than this are pruned; runs and findings are kept
