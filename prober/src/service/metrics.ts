@@ -10,8 +10,9 @@
  * run, cycle, skip and token counters (so increase() and rate() see a target's first run, skip or spend),
  * the outcome state sets and the inconclusive streak (so the outcome panel shows "no run yet"). Findings
  * and histograms are created by their first observation: every consumer of kvcanary_findings_total
- * (dashboards/alerts.yaml's kvcanary:findings:increase15m and the dashboard's finding panels) counts a
- * series born inside its window with its whole value, and a histogram of zeros has no quantile to show.
+ * (the recording rule kvcanary:findings:increase15m and the dashboard's finding panels) counts a series
+ * born inside its window with its whole value, and a histogram of zeros has no quantile to show. The
+ * finding alerts read kvcanary_open_findings instead (open-findings.ts), which an ack closes at once.
  * Pre-creating everything took 24 KiB of heap per target with two scenarios and 91 KiB with all eight
  * (now 5.6 and 18; README "Sizing"), most of it prom-client's histogram buckets: the histograms here are
  * CompactHistogram for that reason.
