@@ -15,7 +15,8 @@ import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { formatDuration, parseDuration } from './config.js';
 import { FINDING_KINDS, isFindingKind } from '../probe/findings.js';
-import type { Outcome } from '../probe/result.js';
+import type { Outcome, RunOutcome } from '../probe/result.js';
+import type { TargetVerdict } from './target-verdict.js';
 import type { RunSummary, Store, StoredFinding, TargetLatest } from './store.js';
 import { groupThousands } from '../locale-free.js';
 import { writeExposition } from './metrics-exposition.js';
@@ -24,7 +25,10 @@ export interface LoopState {
   target: string;
   state: 'idle' | 'running' | 'stopped';
   lastRunAt?: string;
-  lastOutcome?: Outcome;
+  /** The last cycle's own outcome (a cycle of cheap checks that passed is `partial`). */
+  lastOutcome?: RunOutcome;
+  /** The target's standing by the overall rule (target-verdict.ts): what "is this target green" means. */
+  verdict: TargetVerdict;
   nextRunAt?: string;
   /** Probe calls that ignored their abort and are still running (the target is held until they end). */
   abandoned: number;
