@@ -7,11 +7,9 @@
  */
 import { isActive, type Silence } from '../service/silences.js';
 import type { RunSummary, SkipSummary, StoredFinding } from '../service/store.js';
+import { plantedText } from '../probe/findings.js';
 import { forTerminal, oneLine } from '../terminal-text.js';
 
-function who(p: { tenant: string; role: string; requestId: string } | undefined): string {
-  return p === undefined ? '?' : `${p.tenant}/${p.role} ${p.requestId}`;
-}
 
 export interface ReportData {
   since: number;
@@ -58,8 +56,8 @@ export function reportText({ since, runs, skips = [], findings, silences = [], n
       const e = f.evidence;
       const parts = [`    ${f.at}  ${f.scenario}`];
       if (e.match !== undefined) parts.push(`marker ${oneLine(e.match)}`);
-      if (e.planted !== undefined) parts.push(`planted by ${who(e.planted)} at ${e.planted.at}`);
-      if (e.read !== undefined) parts.push(`read by ${who(e.read)}`);
+      if (e.planted !== undefined) parts.push(`${plantedText(e.planted)}${e.planted.resolvedFrom !== undefined ? ` (from ${e.planted.resolvedFrom})` : ''}`);
+      if (e.read !== undefined) parts.push(`read by ${e.read.tenant}/${e.read.role} ${e.read.requestId}`);
       if (f.chance > 0) parts.push(`chance ≤ ${f.chance.toExponential(1)}`);
       if (f.acknowledged !== undefined) parts.push(`ACKNOWLEDGED (${oneLine(f.acknowledged)})`);
       out.push(parts.join('  '));

@@ -126,11 +126,42 @@ function readStores(paths: readonly string[], filter: { since: number; target?: 
       store.close();
     }
   }
+  resolvePlanters(paths, findings);
   const seen = new Set<string>();
   const uniqueRuns = runs.filter((r) => (seen.has(r.runId) ? false : (seen.add(r.runId), true)));
   uniqueRuns.sort((a, b) => b.startedAt.localeCompare(a.startedAt));
   findings.sort((a, b) => b.at.localeCompare(a.at));
   return { runs: uniqueRuns.slice(0, 1000), skips: mergeSkips(skips), findings: findings.slice(0, 1000), silences: [...silences.values()], targets };
+}
+
+/**
+ * A finding whose marker decrypted but whose planting row its own store did not hold (planted through another
+ * shard, or before a store was replaced) names only the request number: any of the stores read may hold that
+ * row. The first that does names the planter (and is named in `resolvedFrom`).
+ */
+function resolvePlanters(paths: readonly string[], findings: (StoredFinding & { store?: string })[]): void {
+  const open = findings.filter((f) => f.evidence.planted?.runId === undefined && f.evidence.planted?.requestNo !== undefined);
+  if (open.length === 0) return;
+  for (const path of paths) {
+    const store = openStore({ path, retentionMs: Number.MAX_SAFE_INTEGER, readonly: true });
+    try {
+      for (const f of open) {
+        const p = f.evidence.planted!;
+        if (p.runId !== undefined) continue;
+        const row = store.findPlanting(p.requestNo!);
+        if (row === undefined) continue;
+        f.evidence = {
+          ...f.evidence,
+          planted: {
+            requestNo: row.requestNo, runId: row.runId, requestId: row.requestId, role: row.role, tenant: row.tenant, at: row.plantedAt,
+            by: 'earlier-run', ...(row.target !== undefined ? { target: row.target } : {}), resolvedFrom: path,
+          },
+        };
+      }
+    } finally {
+      store.close();
+    }
+  }
 }
 
 /** One entry per target and reason: counts added (each store holds its own skips), the earliest first and the latest latest. */

@@ -118,7 +118,7 @@ export function createFleet(opts: FleetOptions): Fleet {
         const l = byName.get(t.name);
         return {
           name: t.name, baseUrl: t.baseUrl, shard: label, lastOutcome: l?.lastOutcome ?? null,
-          verdict: l?.verdict.outcome ?? 'none', verdictReasons: l?.verdict.reasons ?? ['no completed run yet'],
+          verdict: l?.verdict?.outcome ?? 'none', verdictReasons: l?.verdict?.reasons ?? ['no completed run yet'],
         };
       });
     },

@@ -22,7 +22,7 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { FINDING_KINDS, type Finding, type FindingKind } from '../probe/findings.js';
 import { CompactHistogram } from './compact-histogram.js';
-import { OUTCOMES, RUN_OUTCOMES, type ProbeRun, type TransportClass } from '../probe/result.js';
+import { OUTCOMES, RUN_OUTCOMES, type Outcome, type ProbeRun, type TransportClass } from '../probe/result.js';
 import { TARGET_STANDINGS, type TargetStanding } from './target-verdict.js';
 
 export { OUTCOMES };

@@ -35,7 +35,7 @@ import Database from 'better-sqlite3';
 import type { Evidence, Finding, FindingKind, Severity } from '../probe/findings.js';
 import type { PlantingRow } from '../probe/marker-registry.js';
 import { safeText } from '../probe/redact.js';
-import type { InconclusiveReason, Outcome, Power, ProbeRun } from '../probe/result.js';
+import { combineOutcomes, type InconclusiveReason, type Outcome, type Power, type ProbeRun, type RunOutcome } from '../probe/result.js';
 import type { Silence } from './silences.js';
 
 export type StoreErrorCode = 'KVC_STORE_OPEN' | 'KVC_STORE_SCHEMA_NEWER' | 'KVC_STORE_NOT_KVCANARY' | 'KVC_STORE_SCHEMA_OLDER' | 'KVC_STORE_INVALID_RUN' | 'KVC_STORE_DUPLICATE_RUN' | 'KVC_STORE_CLOSED';
@@ -81,7 +81,8 @@ export interface RunSummary {
   model: string;
   startedAt: string;
   finishedAt: string;
-  outcome: Outcome;
+  /** By the overall rule, from the stored scenario outcomes (a cheap-only cycle an older version stored as pass reads partial). */
+  outcome: RunOutcome;
   up: boolean;
   capacity: ProbeRun['capacity'];
   scenarios: ScenarioSummary[];
@@ -500,7 +501,7 @@ export function boundEvidence(evidence: Evidence, secrets: readonly string[] = [
 
 interface RunRow {
   run_id: string; target: string; base_url: string; model: string; started_at: string; finished_at: string;
-  outcome: Outcome; up: number; capacity: string; finding_count: number;
+  outcome: RunOutcome; up: number; capacity: string; finding_count: number;
 }
 interface ScenarioRow {
   run_id: string; scenario: string; outcome: Outcome; duration_ms: number; tokens_sent: number; tokens_billed: number; notes: string;
@@ -737,12 +738,15 @@ export function openStore(opts: StoreOptions): Store {
 
   function toSummaries(rows: RunRow[]): RunSummary[] {
     const scen = scenariosOf(rows.map((r) => r.run_id));
-    return rows.map((r) => ({
-      runId: r.run_id, target: r.target, baseUrl: r.base_url, model: r.model, startedAt: r.started_at,
-      finishedAt: r.finished_at, outcome: r.outcome, up: r.up === 1,
-      capacity: JSON.parse(r.capacity) as ProbeRun['capacity'], scenarios: scen.get(r.run_id) ?? [],
-      findingCount: r.finding_count,
-    }));
+    return rows.map((r) => {
+      const scenarios = scen.get(r.run_id) ?? [];
+      return {
+        runId: r.run_id, target: r.target, baseUrl: r.base_url, model: r.model, startedAt: r.started_at,
+        finishedAt: r.finished_at, outcome: scenarios.length > 0 ? combineOutcomes(scenarios) : r.outcome, up: r.up === 1,
+        capacity: JSON.parse(r.capacity) as ProbeRun['capacity'], scenarios,
+        findingCount: r.finding_count,
+      };
+    });
   }
 
   const RUN_COLUMNS = `r.*, (SELECT count(*) FROM findings f WHERE f.run_id = r.run_id) AS finding_count`;
