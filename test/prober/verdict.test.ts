@@ -117,7 +117,7 @@ describe('--json and the summary', () => {
 
 describe('--junit', () => {
   it('writes a testcase per scenario: failure per gating finding, skipped for not-applicable, error for inconclusive', () => {
-    const r = run([scen('overlimit-handoff', 'fail', [leak]), scen('capacity-audit', 'fail', [warning]), scen('prefix-isolation', 'not-applicable'),
+    const r = run([scen('overlimit-handoff', 'fail', [leak]), scen('capacity-audit', 'fail', [warning], { withoutFindings: 'pass' }), scen('prefix-isolation', 'not-applicable'),
       scen('prefix-churn', 'inconclusive', [], { reason: 'deadline' }), scen('abort-race', 'pass')]);
     const xml = toJunit(r, 'high');
     const doc = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '' }).parse(xml) as {
@@ -142,7 +142,7 @@ describe('acknowledged findings (silences)', () => {
   it('never gate, at any --fail-on, while an unacknowledged one still does', () => {
     const quiet = run([scen('overlimit-handoff', 'pass', [acked(leak)]), scen('capacity-audit', 'pass', [acked(warning)])]);
     for (const failOn of ['critical', 'high', 'warning', 'info'] as const) expect(exitCodeFor(quiet, failOn), failOn).toBe(EXIT.pass);
-    const mixed = run([scen('overlimit-handoff', 'pass', [acked(leak)]), scen('capacity-audit', 'fail', [warning])]);
+    const mixed = run([scen('overlimit-handoff', 'pass', [acked(leak)]), scen('capacity-audit', 'fail', [warning], { withoutFindings: 'pass' })]);
     expect(exitCodeFor(mixed, 'warning')).toBe(EXIT.fail);
     expect(exitCodeFor(mixed, 'high')).toBe(EXIT.pass);
     const xml = toJunit(mixed, 'warning');
