@@ -11,8 +11,12 @@ import { plantedText } from '../probe/findings.js';
 import { forTerminal, oneLine } from '../terminal-text.js';
 
 
+/** A target's standing now by the overall rule (docs/verdicts.md), with why it is not a pass. */
+export interface TargetStanding { target: string; verdict: string; reasons: string[] }
+
 export interface ReportData {
   since: number;
+  targets?: readonly TargetStanding[];
   runs: readonly RunSummary[];
   skips?: readonly SkipSummary[];
   findings: readonly StoredFinding[];
@@ -29,8 +33,10 @@ function latestSkip(l: SkipSummary['latest']): string {
   return `latest ${l.at}${l.scenario !== undefined ? ` (${l.scenario})` : ''}${tokens.length > 0 ? `: ${tokens.join(', ')}` : ''}`;
 }
 
-export function reportText({ since, runs, skips = [], findings, silences = [], now = Date.now() }: ReportData): string {
-  const out: string[] = [`runs since ${new Date(since).toISOString()} (${runs.length}), newest first:`];
+export function reportText({ since, targets = [], runs, skips = [], findings, silences = [], now = Date.now() }: ReportData): string {
+  const out: string[] = [`targets (${targets.length}), standing now by the overall rule (pass only while the behavioural scenarios passed within their intervals):`];
+  for (const t of targets) out.push(`  ${t.target.padEnd(16)} ${t.verdict.toUpperCase().padEnd(14)}${t.reasons.length > 0 ? ` ${t.reasons.join('; ')}` : ''}`);
+  out.push(`runs since ${new Date(since).toISOString()} (${runs.length}), newest first:`);
   const byShown = [...runs].sort((a, b) => b.finishedAt.localeCompare(a.finishedAt));
   for (const r of byShown) {
     const reasons = [...new Set(r.scenarios.map((s) => s.reason).filter((x) => x !== undefined))];
