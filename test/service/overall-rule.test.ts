@@ -91,7 +91,7 @@ describe('serve: cheap cycles run alone never show pass', () => {
     expect(r.target.lastOutcome).toBe('partial');
     expect(r.target.verdict).toBe('fail');
     expect(r.target.verdictReasons).toEqual(['abort-race failed (its latest run)']);
-    expect(r.loop.verdict.outcome).toBe('fail');
+    expect(r.loop.verdict?.outcome).toBe('fail');
     expect(r.page).toMatch(/target <span class="badge fail"/);
     expect(r.page).toMatch(/last cycle <span class="badge partial"/);
     expect(r.page).not.toMatch(/(target|last cycle) <span class="badge pass"/);
