@@ -43,6 +43,8 @@ const OUT = arg('out', 'bench/first-cycle.json');
  * every scenario does not fit 2m: a longer timeout separates the prober's judgement from its own time limit. */
 const TIMEOUT = arg('timeout', '');
 if (TIMEOUT !== '' && !/^\d+[sm]$/.test(TIMEOUT)) throw new Error(`--timeout: expected a duration like 4m or 200s, got ${JSON.stringify(TIMEOUT.slice(0, 20))}`);
+/** The default 5m, or longer than a longer --timeout (a cycle's timeout must stay below its interval). */
+const INTERVAL = TIMEOUT === '' ? '5m' : `${Math.max(300, (TIMEOUT.endsWith('m') ? Number(TIMEOUT.slice(0, -1)) * 60 : Number(TIMEOUT.slice(0, -1))) + 60)}s`;
 const FIRST_CYCLE_WAIT_MS = 300_000;
 
 interface ScenarioSample { outcome: string; reason?: string; notes: string[] }
@@ -98,7 +100,7 @@ function configYaml(url: string, store: string): string {
   return `listen: 127.0.0.1:0
 store: { path: ${JSON.stringify(store)} }
 log: { level: warn }
-schedule: { interval: 5m, jitter: 1s${TIMEOUT === '' ? '' : `, timeout: ${TIMEOUT}`} }
+schedule: { interval: ${INTERVAL}, jitter: 1s${TIMEOUT === '' ? '' : `, timeout: ${TIMEOUT}`} }
 targets:
   - name: replica
     base_url: ${url}
