@@ -44,8 +44,11 @@ const OUT = arg('out', 'bench/first-cycle.json');
 const TIMEOUT = arg('timeout', '');
 if (TIMEOUT !== '' && !/^\d+[sm]$/.test(TIMEOUT)) throw new Error(`--timeout: expected a duration like 4m or 200s, got ${JSON.stringify(TIMEOUT.slice(0, 20))}`);
 /** The default 5m, or longer than a longer --timeout (a cycle's timeout must stay below its interval). */
-const INTERVAL = TIMEOUT === '' ? '5m' : `${Math.max(300, (TIMEOUT.endsWith('m') ? Number(TIMEOUT.slice(0, -1)) * 60 : Number(TIMEOUT.slice(0, -1))) + 60)}s`;
-const FIRST_CYCLE_WAIT_MS = 300_000;
+const TIMEOUT_S = TIMEOUT === '' ? 120 : TIMEOUT.endsWith('m') ? Number(TIMEOUT.slice(0, -1)) * 60 : Number(TIMEOUT.slice(0, -1));
+const INTERVAL = `${Math.max(300, TIMEOUT_S + 60)}s`;
+/** How long to wait for a first cycle: its timeout, the jitter and the processes' start, with room. */
+const FIRST_CYCLE_WAIT_MS = (TIMEOUT_S + 180) * 1000;
+
 
 interface ScenarioSample { outcome: string; reason?: string; notes: string[] }
 interface CycleSample { round: number; replica: number; outcome: string; ms: number; scenarios: Record<string, ScenarioSample> }
