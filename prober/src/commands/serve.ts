@@ -115,6 +115,9 @@ export async function serveMain(args: string[]): Promise<number> {
   const logger = createLogger({ level: config.log.level, destination: process.stderr, secrets: () => configSecrets(current, process.env, keyFiles) });
   // The key id, never the key: every shard of one installation logs the same one.
   logger.info({ markerKey: { file: markerKey.file, id: markerKeyId(markerKey.key), source: markerKey.configured ? MARKER_KEY_FILE_ENV : 'installation home' } }, 'marker key');
+  if (shard !== undefined && shard.count > 1 && !markerKey.configured) {
+    logger.warn({ markerKey: { file: markerKey.file } }, `shard ${shard.index}/${shard.count} uses the key of its own installation home: shards of one installation need one key (${MARKER_KEY_FILE_ENV}, docs/deployment.md)`);
+  }
   // SIGTERM: stop starting work at once; after the grace, abort what is in flight (recorded inconclusive).
   const shutdown = new AbortController();
   let service: Awaited<ReturnType<typeof createService>>;
