@@ -4,6 +4,8 @@
  * volumes and the marker-key Secret — with bubblewrap standing in for the container runtime
  * (test/helpers/container-sandbox.ts derives all of it from deploy/). Against a bundled incident engine
  * started outside:
+ * - the control: as the image and pod were before (no KVCANARY_HOME, no key Secret) serve cannot start, its
+ *   home under /home/node being on the read-only root (64, naming it; it was an internal error, 70);
  * - with the Secret's key missing, serve refuses to start (64, naming the file) and makes no key anywhere;
  * - with it, serve starts, probes (overlimit-handoff plants markers and finds the incident's leak), and keeps
  *   its key where the manifests put it: the key id it logs is the Secret's, and no key appears on the volume;
@@ -21,7 +23,8 @@ import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { startEngine, type RunningEngine } from '../../engine-under-test/src/start.js';
 import { markerKeyId, MARKER_KEY_FILE_ENV, readMarkerKey, writeNewMarkerKey } from '../../prober/src/installation/marker-key.js';
 import { shardOf } from '../../prober/src/service/shard.js';
-import { k8sManifest, podSpec, REPO, startSandboxed, type Sandboxed } from '../helpers/container-sandbox.js';
+import { imageLayout, type ImageLayout } from '../../deploy/image-runtime.js';
+import { k8sManifest, podSpec, REPO, startSandboxed, type PodSpec, type Sandboxed } from '../helpers/container-sandbox.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'kvc-confined-'));
 const pod = podSpec();
@@ -44,12 +47,12 @@ const host = {
 let engine: RunningEngine;
 let targetName: string;
 
-function volumesFor(start: string): Record<string, string> {
+function volumesFor(start: string, p: PodSpec = pod): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const m of pod.mounts) {
-    if (m === configMount) out[m.name] = host.config;
-    else if (m === keyMount) out[m.name] = host.secret;
-    else if (m === storeMount) out[m.name] = host.store;
+  for (const m of p.mounts) {
+    if (m.name === configMount.name) out[m.name] = host.config;
+    else if (m.name === keyMount.name) out[m.name] = host.secret;
+    else if (m.name === storeMount.name) out[m.name] = host.store;
     else if (m.kind === 'emptyDir') mkdirSync(out[m.name] = path.join(dir, `${start}-${m.name}`), { recursive: true });
     else throw new Error(`no host folder for volume ${m.name}`);
   }
@@ -76,8 +79,8 @@ const listenArgs = (): string[] => {
 interface Phase { code: number | null; stdout: string; stderr: string; runs: Array<{ runId: string; outcome: string }>; findings: any[] }
 
 /** Starts the container, waits for a run it recorded (not one of `earlierRuns`; or for its exit), stops it with SIGTERM. */
-async function runPod(start: string, opts: { expectExit?: boolean; earlierRuns?: string[] } = {}): Promise<Phase> {
-  const s: Sandboxed = startSandboxed({ dist: host.dist, volumes: volumesFor(start), secrets, args: listenArgs(), pod });
+async function runPod(start: string, opts: { expectExit?: boolean; earlierRuns?: string[]; image?: ImageLayout; pod?: PodSpec } = {}): Promise<Phase> {
+  const s: Sandboxed = startSandboxed({ dist: host.dist, volumes: volumesFor(start, opts.pod), secrets, args: listenArgs(), pod: opts.pod ?? pod, ...(opts.image === undefined ? {} : { image: opts.image }) });
   let stdout = '';
   let stderr = '';
   s.child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -142,6 +145,17 @@ describe('serve confined as the image and the StatefulSet say (bubblewrap)', () 
     expect(keyMount.kind).toBe('secret');
     expect(storeMount.mountPath).toBe(env.KVCANARY_HOME ?? '/var/lib/kvcanary');
     writeConfig(['overlimit-handoff']);
+
+    // The control: the image and pod as they were before the installation home and the key Secret (no
+    // KVCANARY_HOME, no KVCANARY_MARKER_KEY_FILE) cannot start: the home under HOME is on the read-only root.
+    const before = imageLayout();
+    delete before.env.KVCANARY_HOME;
+    const beforePod = structuredClone(pod);
+    beforePod.container.env = (pod.container.env as Array<{ name: string }>).filter((e) => e.name !== MARKER_KEY_FILE_ENV);
+    const withoutHome = await runPod('before', { expectExit: true, image: before, pod: beforePod });
+    expect(withoutHome.code, withoutHome.stderr).toBe(64);
+    expect(withoutHome.stderr).toMatch(/cannot create the installation folder \/home\/node\/\.config\/kvcanary/);
+    expect(filesUnder(host.store)).toEqual([]);
 
     // The Secret mounted without the key (e.g. created under another key name): no start, no key made.
     const refused = await runPod('refused', { expectExit: true });
