@@ -24,7 +24,7 @@ import { startEngine, type RunningEngine } from '../../engine-under-test/src/sta
 import { markerKeyId, MARKER_KEY_FILE_ENV, readMarkerKey, writeNewMarkerKey } from '../../prober/src/installation/marker-key.js';
 import { shardOf } from '../../prober/src/service/shard.js';
 import { imageLayout, type ImageLayout } from '../../deploy/image-runtime.js';
-import { k8sManifest, podSpec, REPO, startSandboxed, type PodSpec, type Sandboxed } from '../helpers/container-sandbox.js';
+import { k8sManifest, podSpec, REPO, sandboxArgv, startSandboxed, type PodSpec, type Sandboxed } from '../helpers/container-sandbox.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'kvc-confined-'));
 const pod = podSpec();
@@ -198,4 +198,25 @@ describe('serve confined as the image and the StatefulSet say (bubblewrap)', () 
     const storeFile = path.basename((parseYaml(configMap.data['kvcanary.yaml'] as string) as { store: { path: string } }).store.path.replace('{shard}', '0'));
     expect(filesUnder(host.store).filter((f) => !/-(wal|shm)$/.test(f))).toEqual([storeFile]);
   }, 900_000);
+
+  it('the sandbox holds the image\'s files and the declared volumes only: the checkout is absent, only the store and /tmp are writable', () => {
+    const { bwrap } = sandboxArgv({ dist: host.dist, volumes: volumesFor('look'), secrets, pod });
+    const cut = bwrap.indexOf('--info-fd');
+    const writable = (p: string): string => `(touch ${p}/.w 2>/dev/null && echo "W ${p}") || echo "R ${p}"`;
+    const script = [
+      'id -u', 'pwd', 'ls /app | tr "\\n" " "; echo',
+      `test -e ${REPO} && echo "VISIBLE ${REPO}" || echo "ABSENT ${REPO}"`,
+      ...['/', '/app', '/etc', '/usr', configMount.mountPath, keyMount.mountPath, storeMount.mountPath, '/tmp', '/home'].map(writable),
+    ].join('; ');
+    const r = spawnSync('bwrap', [...bwrap.slice(0, cut), '--', 'sh', '-c', script], { encoding: 'utf8' });
+    expect(r.status, r.stderr).toBe(0);
+    const lines = r.stdout.trim().split('\n');
+    expect(lines[0]).toBe('1000');
+    expect(lines[1]).toBe(imageLayout().workdir);
+    expect(lines[2]!.trim().split(' ').sort()).toEqual(['bin', 'dashboards', 'dist', 'node_modules', 'package-lock.json', 'package.json']);
+    expect(lines).toContain(`ABSENT ${REPO}`);
+    const written = lines.filter((l) => l.startsWith('W ')).map((l) => l.slice(2)).sort();
+    expect(written).toEqual([storeMount.mountPath, '/tmp'].sort());
+    rmSync(path.join(host.store, '.w'), { force: true });
+  });
 });
