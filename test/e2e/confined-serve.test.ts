@@ -7,7 +7,7 @@
  * - the control: as the image and pod were before (no KVCANARY_HOME, no key Secret) serve cannot start, its
  *   home under /home/node being on the read-only root (64, naming it; it was an internal error, 70);
  * - with the Secret's key missing, serve refuses to start (64, naming the file) and makes no key anywhere;
- * - with it, serve starts, probes (overlimit-handoff plants markers and finds the incident's leak), and keeps
+ * - with it, serve starts, probes (overlimit-handoff plants markers and finds the incident), and keeps
  *   its key where the manifests put it: the key id it logs is the Secret's, and no key appears on the volume;
  * - restarted (the pod replaced, the volume kept), it still recognises what it planted before: a cycle that
  *   plants nothing (overlimit-rejection) reads a marker the first pod planted and attributes it to that run.
@@ -174,7 +174,9 @@ describe('serve confined as the image and the StatefulSet say (bubblewrap)', () 
     const first = await runPod('first');
     expect(first.code, first.stderr.slice(-3000)).toBe(0);
     const firstRun = first.runs[0]!;
-    expect(first.findings.map((f) => f.kind)).toContain('cross-request-leak');
+    // It probed: the incident is found (its unenforced rejection always; its leak in about 99 runs of 100,
+    // bench/markers.json, so not required of this one run).
+    expect(first.findings.map((f) => f.kind)).toContain('rejection-not-enforced');
 
     writeConfig(['overlimit-rejection']); // plants nothing: any marker it reads was planted before
     const second = await runPod('second', { earlierRuns: first.runs.map((r) => r.runId) });
