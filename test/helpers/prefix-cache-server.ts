@@ -57,6 +57,11 @@ export interface PrefixCacheServerOptions {
    * salted cache's hits: a real timing side channel that the reported counts do not show.
    */
   hiddenSharedTier?: boolean;
+  /**
+   * What partitions the cache: the request's `cache_salt` (vLLM, the default), the API key (the
+   * `Authorization` header: each key has a cache of its own, whatever the salt) or nothing (`ignoreSalt`).
+   */
+  keyBy?: 'salt' | 'api-key';
 }
 
 export interface PrefixCacheStats {
@@ -122,7 +127,7 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
         ? String.fromCharCode(...(body['prompt'] as number[]))
         : String(body['prompt'] ?? '');
     const maxTokens = Number(body['max_tokens'] ?? 16);
-    const salt = typeof body['cache_salt'] === 'string' ? body['cache_salt'] : '';
+    const salt = opts.keyBy === 'api-key' ? `key:${createHash('sha256').update(String(req.headers['authorization'] ?? '')).digest('hex')}` : typeof body['cache_salt'] === 'string' ? body['cache_salt'] : '';
     const stream = body['stream'] === true;
     stats.requests++;
     if (opts.failEvery !== undefined && stats.requests % opts.failEvery === 0) {

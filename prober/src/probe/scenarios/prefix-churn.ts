@@ -98,6 +98,8 @@ interface Round {
 const TEXT_KEEP_CHARS = 400;
 /** Rounds played at most while none was exercised end to end (requests the endpoint failed). */
 const MAX_ROUNDS = 4;
+/** Pauses before re-sending a control that showed no reuse (a tier that writes back after the request ended). */
+export const TIER_SETTLE_MS = [50, 250, 1000] as const;
 
 export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult> {
   const out = new ResultBuilder(PREFIX_CHURN, ctx);
@@ -162,6 +164,17 @@ export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult>
     if (round.warm.result.transport !== 'ok') continue; // not answered: this round proves nothing, try another
     round.control = await sender.send(a, 'churn-control', prompt, own, SHORT_MAX_TOKENS, undefined, keep('control'));
     if ((stopped = round.control === undefined)) break;
+    // A tier that stores a prefix only after the request ended (a host tier's write-back) serves it a moment
+    // later: while the re-send shows no reuse, it is sent again after a pause (TIER_SETTLE_MS).
+    for (const pause of TIER_SETTLE_MS) {
+      const [w, c] = [round.warm.result.usage?.cachedTokens, round.control?.result.usage?.cachedTokens];
+      if (round.control?.result.transport !== 'ok' || w === undefined || c === undefined || c > w || ctx.signal.aborted) break;
+      await new Promise((r) => setTimeout(r, pause));
+      round.text.control = '';
+      const again = await sender.send(a, 'churn-control', prompt, own, SHORT_MAX_TOKENS, undefined, keep('control'));
+      if (again === undefined) break;
+      round.control = again;
+    }
     round.churn = await churn(ctx, out, sizing, b, churnTarget, pieceTokens);
     if ((stopped = round.churn.planters === 0)) break; // nothing churned: a re-read would show nothing
     if (slot !== undefined) {
@@ -334,7 +347,7 @@ async function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], 
       return out.finish('not-applicable');
     }
     if (verdict.reason === 'power') out.reason = 'power';
-    hidden = verdict.reuse === 'shown' && reported;
+    hidden = verdict.countersHideHits === true;
   }
   if (restored > 0) out.note(`in ${restored} round(s) the churn took P's slot and P came back from the host prompt cache intact: entries there are copies, not the slot's reused cells`);
   const reasons: string[] = [];

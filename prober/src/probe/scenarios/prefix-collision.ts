@@ -34,6 +34,7 @@ import type { ScenarioContext, Tenant } from './context.js';
 import { exchange, sentBySelf, type Exchange } from './exchange.js';
 import { cycleReuse, notApplicableNote, recordReuse, reuseByCachedTokens, type PrefixReuseVerdict } from './prefix-reuse.js';
 import { measureReuse } from './reuse-probe.js';
+import { TIER_SETTLE_MS } from './prefix-churn.js';
 import type { MarkerEntry } from '../marker-registry.js';
 import { ResultBuilder } from './result-builder.js';
 import { tenantPair } from './tenant-pair.js';
@@ -134,6 +135,16 @@ async function runRound(
   // suffix (and, for the collider, an order) of its own, so no attempt is a re-send of another.
   const send = { ctx, out, tenant, prefix, mark, ...opts };
   for (let attempt = 0; attempt < ATTEMPTS && (attempt === 0 || worthResending(round.control)); attempt++) {
+    const control = await sendControl(send, prefixEntries.map((e) => e.marker), plantIds.length);
+    if (control === undefined) return round;
+    round.control = control;
+  }
+  // A tier that stores a prefix only after the request ended (a host tier's write-back) serves it a moment
+  // later: while the control shows no reuse, it is sent again after a pause.
+  for (const pause of TIER_SETTLE_MS) {
+    const [p, c] = [round.plant.result.usage?.cachedTokens, round.control?.result.usage?.cachedTokens];
+    if (!ok(round.control) || p === undefined || c === undefined || c > p || ctx.signal.aborted) break;
+    await new Promise((r) => setTimeout(r, pause));
     const control = await sendControl(send, prefixEntries.map((e) => e.marker), plantIds.length);
     if (control === undefined) return round;
     round.control = control;

@@ -47,7 +47,7 @@ import { randomInt } from 'node:crypto';
 import { makeFinding, type Finding } from '../findings.js';
 import type { ScenarioResult } from '../result.js';
 import { minPairsFor, timingSideChannelTest, type PairedSample, type TimingDecision } from '../stats.js';
-import { detectableSaving, STATED_POWER } from '../timing-power.js';
+import { detectableSaving, hitSaving, STATED_POWER } from '../timing-power.js';
 import type { ScenarioContext } from './context.js';
 import { describeTiming, HIT_SHARE, judgeReuse, notApplicableNote, recordReuse, type PrefixReuseVerdict } from './prefix-reuse.js';
 import { MIN_PREFIX_MARKERS, PrefixSender, prefixMarkerCount, type Sent } from './prefix-sender.js';
@@ -172,7 +172,9 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
   const opts = { alpha, minEffect };
   if (!ctx.signal.aborted && tunable && !escalated && out.findings.length === 0) {
     const a = analyse(done, opts);
-    const weak = a.verdict.reason === 'power' ? 'the timing test was too weak to see what a hit saves' : a.bByTiming && !a.bPowered && !a.cross.significant ? `${pair.b.name}'s timing test was too weak to see the saving ${pair.a.name}'s hits give` : undefined;
+    // B's timing must be able to see a hit even where counters speak for B: a tier the counters do not
+    // include (a host tier, a second cache) shows only there.
+    const weak = a.verdict.reason === 'power' ? 'the timing test was too weak to see what a hit saves' : a.verdict.reuse === 'shown' && !a.bPowered && !a.cross.detected ? `${pair.b.name}'s timing test was too weak to see the saving a hit gives` : undefined;
     if (weak !== undefined) {
       out.note(`first ${done.length} round(s): ${a.verdict.evidence}`);
       await escalate(weak);
@@ -263,8 +265,10 @@ function analyse(rounds: readonly Round[], opts: { alpha: number; minEffect: num
   // Counters speak for B only when they showed A's own reuse and timing did not contradict them.
   const countersSpeak = facts.tokensShowReuse && verdict.countersHideHits !== true;
   const bByTiming = verdict.reuse === 'shown' && !countersSpeak;
-  // B's test must be able to see a share of what A's hits saved (measured by the control).
-  const bNeeds = HIT_SHARE * Math.max(0, same.effect);
+  // B's test must be able to see a share of what a hit saves: A's own hits where the control measured them,
+  // else a full hit (a fresh prefix against the suffix alone).
+  const full = hitSaving(pairsOf(rounds, (r) => [r.short, r.fresh])) ?? 0;
+  const bNeeds = HIT_SHARE * (same.significant && same.effect > 0 ? same.effect : full);
   const bDetectable = detectableSaving(crossPairs, opts.alpha);
   const bPowered = bDetectable.saving !== undefined && bNeeds > 0 && bDetectable.saving <= bNeeds;
   return { facts, verdict, cross, crossPairs, same, countersSpeak, bByTiming, bNeeds, bDetectable, bPowered };
@@ -358,6 +362,13 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
     );
   } else if (an.countersSpeak) {
     if (readers.length === 0) reasons.push(`${b.name}'s reads reported no cached tokens`);
+    else if (!cross.significant) {
+      out.note(
+        an.bPowered
+          ? `${b.name}: no cached tokens and no timing saving on ${a.name}'s prefix (a saving >= ${Math.round(an.bDetectable.saving! * 100)}% would have shown with probability ${STATED_POWER})`
+          : `${b.name}: judged by cached tokens; its timing test could not see a saving below ${an.bDetectable.saving === undefined ? '90%' : `${Math.round(an.bDetectable.saving * 100)}%`} (a tier the counters do not include would show only there)`,
+      );
+    }
   } else if (cross.significant && !timingShared) {
     reasons.push(`${b.name}'s first token on ${a.name}'s prefix was ${Math.round(cross.effect * 100)}% sooner (p = ${cross.pValue.toPrecision(2)}), below the finding's floor of ${Math.round(opts.minEffect * 100)}%: sharing neither shown nor ruled out`);
   } else if (!cross.significant && !an.bPowered) {

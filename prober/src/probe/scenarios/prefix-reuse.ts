@@ -67,14 +67,14 @@ export interface ReuseEvidence {
 }
 
 /** Verdict from cached-token counts of (first send, exact re-send) pairs; `undefined` entries are skipped. */
-export function reuseByCachedTokens(pairs: ReadonlyArray<{ first?: number | undefined; resend?: number | undefined }>): { reuse: PrefixReuse; evidence: string; reported: boolean } {
+export function reuseByCachedTokens(pairs: ReadonlyArray<{ first?: number | undefined; resend?: number | undefined }>): { reuse: PrefixReuse; evidence: string; reported: boolean; known: number } {
   const known = pairs.filter((p): p is { first: number; resend: number } => p.first !== undefined && p.resend !== undefined);
-  if (known.length === 0) return { reuse: 'unknown', evidence: 'no answered re-send reported cached tokens', reported: false };
+  if (known.length === 0) return { reuse: 'unknown', evidence: 'no answered re-send reported cached tokens', reported: false, known: 0 };
   const hits = known.filter((p) => p.resend > p.first);
   const detail = `exact same-tenant re-sends: cached tokens above the first send's in ${hits.length}/${known.length} (re-sends ${known.map((p) => p.resend).join(', ')}; first sends ${known.map((p) => p.first).join(', ')})`;
-  if (hits.length > 0) return { reuse: 'shown', evidence: detail, reported: true };
-  if (known.length >= MIN_CONCLUSIVE_RESENDS) return { reuse: 'none', evidence: detail, reported: true };
-  return { reuse: 'unknown', evidence: `${detail}: too few to conclude`, reported: true };
+  if (hits.length > 0) return { reuse: 'shown', evidence: detail, reported: true, known: known.length };
+  if (known.length >= MIN_CONCLUSIVE_RESENDS) return { reuse: 'none', evidence: detail, reported: true, known: known.length };
+  return { reuse: 'unknown', evidence: `${detail}: too few to conclude`, reported: true, known: known.length };
 }
 
 /** The one absence-of-reuse judgement (see the module note). */
@@ -112,7 +112,7 @@ export function judgeReuse(e: ReuseEvidence, by: string): PrefixReuseVerdict {
   if (counters.reported && counters.reuse !== 'none') return { reuse: 'unknown', evidence: `${counters.evidence}; ${timingLine}`, by, ...facts };
   return {
     reuse: 'none',
-    evidence: `no prefix reuse detectable (a saving >= ${pct(detectable.saving)} would have shown with probability ${STATED_POWER}; ${what}; ${counters.reported ? counters.evidence : 'cached tokens not reported'}; ${timingLine})`,
+    evidence: `no prefix reuse detectable (a saving >= ${pct(detectable.saving)} would have shown with probability ${STATED_POWER}; ${what}; ${counters.reported ? `cached tokens never above the first send's in ${counters.known} answered re-sends` : 'cached tokens not reported'}; ${timingLine})`,
     by,
     ...facts,
   };
