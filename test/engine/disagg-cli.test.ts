@@ -2,6 +2,7 @@
  * `kvcanary engine` with the disaggregated presets, faults and defenses, as a process: the worker threads
  * must start under the bin launcher too, the flags must reach the engine, and bad names exit 64 with the list.
  */
+import { scratchHome } from '../helpers/cli.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -14,7 +15,7 @@ afterEach(() => {
 });
 
 function run(args: string[]): ChildProcess {
-  const child = spawn(process.execPath, [BIN, 'engine', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [BIN, 'engine', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: scratchHome() } });
   children.push(child);
   return child;
 }
