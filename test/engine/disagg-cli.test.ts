@@ -76,8 +76,8 @@ describe('kvcanary engine, disaggregated', () => {
   });
 
   it.each([
-    [['--fault', 'bogus'], /--fault must be one of admission-checks-finished, late-write, offload-release-race, prefix-cache-ignores-salt, weak-prefix-hash, prompt-cache-restore-race, got 'bogus'/],
-    [['--defense', 'prayer'], /--defense must be one of reject-before-bootstrap, deferred-release, page-tags, zero-on-release, transfer-integrity, salted-prefix-cache, strong-prefix-hash, restore-fencing, got 'prayer'/],
+    [['--fault', 'bogus'], /--fault must be one of admission-checks-finished, late-write, offload-release-race, prefix-cache-ignores-salt, weak-prefix-hash, prompt-cache-restore-race, host-tier-ignores-salt, got 'bogus'/],
+    [['--defense', 'prayer'], /--defense must be one of reject-before-bootstrap, deferred-release, page-tags, zero-on-release, transfer-integrity, salted-prefix-cache, strong-prefix-hash, restore-fencing, salted-host-tier, got 'prayer'/],
     [['--fault', 'late-write'], /`late-write` needs a disaggregated preset \(incident, remediated, hardened, disaggregated\)/],
     [['--preset', 'incident', '--transfer-latency-ms', 'fast'], /--transfer-latency-ms must be a number of milliseconds in \[0, 60000\], got 'fast'/],
     [['--preset', 'incident', '--transfer-batch-tokens', '0'], /--transfer-batch-tokens must be an integer/],

@@ -62,6 +62,11 @@ export interface PrefixCacheServerOptions {
    * `Authorization` header: each key has a cache of its own, whatever the salt) or nothing (`ignoreSalt`).
    */
   keyBy?: 'salt' | 'api-key';
+  /**
+   * What a hit still costs, as a share of prefilling the tokens it matched (loading them from a slower
+   * tier): 0 (the default) saves their whole prefill, 0.5 half of it.
+   */
+  hitCostShare?: number;
 }
 
 export interface PrefixCacheStats {
@@ -183,7 +188,7 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
     const writer: Writer = { prompt, output: text, salt };
 
     if (stream) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-    await new Promise((r) => setTimeout(r, baseMs + (prompt.length - skipped) * perToken));
+    await new Promise((r) => setTimeout(r, baseMs + (prompt.length - skipped * (1 - (opts.hitCostShare ?? 0))) * perToken));
     if (opts.hiddenSharedTier) for (const key of blockKeys(prompt, '', true)) shared.add(key);
     if (!opts.noCache) {
       for (const key of keys) {

@@ -38,7 +38,7 @@ async function toyCache(opts: PrefixCacheServerOptions): Promise<string> {
 
 const notes = (r: ScenarioResult): string => r.notes.join('\n');
 
-describe('prefix-churn without pool introspection', () => {
+describe('prefix-churn without pool introspection', { timeout: 120_000 }, () => {
   it('is registered under its name', () => {
     expect(SCENARIO_NAMES).toContain('prefix-churn');
   });
