@@ -8,7 +8,8 @@
  *   one more marker of its own and the marker cue. Then, in random order, back to back:
  *     control — A sends Q_i again with a different suffix (same tenant: must reuse the cache);
  *     reader  — B sends the same Q_i with its own suffix (must not);
- *     fresh   — B sends a new prefix of the same length that nobody sent (the timing baseline).
+ *     fresh   — B sends a new prefix of the same length that nobody sent (the timing baseline);
+ *     short   — B sends a suffix alone (fresh vs short: what a full hit on the prefix would save).
  *   Every prefix starts with a random marker, so its first page is unique and nothing before this round
  *   (the prober's other prompts, the chat template) can make its pages hit.
  * - Markers and the fact that B sends A's prefix: the prefix's markers are registered to A's planting
@@ -38,10 +39,16 @@
  *   full run: one window of pairs skewed by what earlier scenarios left running).
  * - Requests the endpoint fails (llama-server ends some streams with an error on noise output) are never
  *   answers: up to as many rounds again are played while the timing test lacks answered pairs.
- * - Outcome: fail on any finding above info; not-applicable when an exact same-tenant re-send shows no reuse
+ * - Is there a prefix cache at all? One judgement for the three prefix scenarios (prefix-reuse.ts): counters
+ *   and a timing test powered to see what a hit saves. Counters that timing contradicts are not trusted.
+ * - B's timing test must be powered to see half the saving a hit gives (A's own, else a full hit's), even
+ *   where counters speak for B: a tier the counters omit shows only there. When the first rounds are too
+ *   weak for either test, 24 rounds over 4x longer prefixes are played once and judged on their own.
+ * - Outcome: fail on any finding above info; not-applicable only on positive evidence of absence
  *   (prefix-reuse.ts), or when only synthetic identities were compared and they share (cache-salt-ignored);
- *   pass only when the control showed reuse, B showed none, and the timing test ran (enough pairs to reach
- *   alpha); otherwise inconclusive with the reasons.
+ *   inconclusive with reason `power` when absence could not be shown or B's timing could not see a hit;
+ *   pass only when reuse was shown, B showed none by trusted counters or by a powered timing test, and the
+ *   timing test ran; otherwise inconclusive with the reasons.
  */
 import { randomInt } from 'node:crypto';
 import { makeFinding, type Finding } from '../findings.js';
