@@ -75,6 +75,12 @@ const DEFAULT_PREFIX_TOKENS = 512;
  */
 const ESCALATED_TIMING_PAIRS = 24;
 const ESCALATED_PREFIX_FACTOR = 4;
+/**
+ * Same-tenant controls served from cache (cached tokens above the baseline) that show the cache reuses
+ * prefixes. Under load (three replicas probed on two busy cores, other scenarios filling the pool) the
+ * bundled engine's controls hit in only 4-5 of 12 rounds: the prefix was evicted before the re-send.
+ */
+const CONTROL_HITS_SHOWING_REUSE = 3;
 /** Rounds of cached-token sharing between synthetic identities after which the scenario stops (cache_salt ignored). */
 const MOOT_AFTER = 2;
 
@@ -231,10 +237,15 @@ function tokenFacts(rounds: readonly Round[]) {
   const controlHits = controls.filter((r) => cachedOf(r.control)! > baselineA);
   const readers = rounds.filter((r) => cachedOf(r.reader) !== undefined);
   const shared = readers.filter((r) => cachedOf(r.reader)! > baselineB);
-  const tokensShowReuse = controls.length > 0 && controlHits.length * 2 >= controls.length;
+  // A control above the baseline is a fact (an exact re-send served from cache), not a vote: other load on
+  // the endpoint can evict a prefix between its send and its re-send, so misses say little. Reuse is shown
+  // by CONTROL_HITS_SHOWING_REUSE hits, or by half of fewer answered controls.
+  const tokensShowReuse = controls.length > 0 && controlHits.length >= Math.min(CONTROL_HITS_SHOWING_REUSE, Math.ceil(controls.length / 2));
+  /** B's reads in rounds whose control hit: the prefix was cached around B's read, so B's count speaks. */
+  const vouched = controlHits.filter((r) => cachedOf(r.reader) !== undefined);
   /** Cached tokens are trustworthy here (A's control reuse shows) and B got none: a timing effect for B contradicts them. */
-  const contradicts = tokensShowReuse && readers.length > 0 && shared.length === 0;
-  return { baselineA, baselineB, controls, controlHits, readers, shared, tokensShowReuse, contradicts };
+  const contradicts = tokensShowReuse && vouched.length > 0 && shared.length === 0;
+  return { baselineA, baselineB, controls, controlHits, readers, vouched, shared, tokensShowReuse, contradicts };
 }
 
 function pairsOf(rounds: readonly Round[], pick: (r: Round) => [Sent | undefined, Sent | undefined]): PairedSample[] {
@@ -290,7 +301,7 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
   const { verdict, cross, crossPairs, same } = an;
 
   // --- Cached tokens.
-  const { baselineA, baselineB, controls, controlHits, readers, shared } = an.facts;
+  const { baselineA, baselineB, controls, controlHits, readers, vouched, shared } = an.facts;
   const reported = sent.some((s) => okSent(s) && s.ex.result.usage?.cachedTokens !== undefined);
   if (controls.length > 0) {
     out.note(
@@ -368,7 +379,7 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
           : `cached_tokens are not reported and ${a.name}'s control showed no timing effect: reuse is unobservable, so a miss for ${b.name} proves nothing (vLLM PR #53347)`,
     );
   } else if (an.countersSpeak) {
-    if (readers.length === 0) reasons.push(`${b.name}'s reads reported no cached tokens`);
+    if (vouched.length === 0) reasons.push(`${b.name}'s reuse could not be observed (no cached_tokens on its reads in a round whose control hit)`);
     else if (!cross.significant) {
       out.note(
         an.bPowered
