@@ -174,8 +174,10 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
   const disaggregatedPresets = Object.values(PRESETS).filter((p) => p.mode === 'disaggregated').map((p) => p.name);
   // The host-offload tier is its own prefix-reuse path (decode loads a finished request's pages back on a
   // prefix hit); the two are not combined, so naming the tier turns the device prefix cache off by default.
-  const hostTierNamed = options.hostOffload === true || faults.includes('offload-release-race');
-  const prefixCache = options.prefixCache ?? !hostTierNamed;
+  // `host-tier-ignores-salt` is the exception: its point is a device cache that honours the salt in front of
+  // a host tier that does not, so it keeps the prefix cache on.
+  const hostTierNamed = options.hostOffload === true || faults.includes('offload-release-race') || faults.includes('host-tier-ignores-salt');
+  const prefixCache = options.prefixCache ?? (!hostTierNamed || faults.includes('host-tier-ignores-salt'));
   if (typeof prefixCache !== 'boolean') throw new EngineConfigError('prefixCache', `Expected \`prefixCache\` to be a boolean, got ${describe(prefixCache)}`);
   const cacheFault = faults.find((f) => PREFIX_CACHE_FAULTS.includes(f));
   if (cacheFault !== undefined && !prefixCache) {
@@ -209,10 +211,13 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
     if (typeof latency !== 'number' || !Number.isFinite(latency) || latency < 0 || latency > 60_000) {
       throw new EngineConfigError('transferLatencyMs', `Expected \`transferLatencyMs\` to be a number in [0, 60000], got ${describe(latency)}`);
     }
-    const hostOffload = options.hostOffload ?? faults.includes('offload-release-race');
+    const hostOffload = options.hostOffload ?? (faults.includes('offload-release-race') || faults.includes('host-tier-ignores-salt'));
     if (typeof hostOffload !== 'boolean') throw new EngineConfigError('hostOffload', `Expected \`hostOffload\` to be a boolean, got ${describe(hostOffload)}`);
     if (!hostOffload && faults.includes('offload-release-race')) {
       throw new EngineConfigError('hostOffload', 'The fault `offload-release-race` lives in the host-offload tier: it cannot be named with `hostOffload` false');
+    }
+    if (!hostOffload && faults.includes('host-tier-ignores-salt')) {
+      throw new EngineConfigError('hostOffload', 'The fault `host-tier-ignores-salt` lives in the host-offload tier: it cannot be named with `hostOffload` false');
     }
     disaggregated = {
       decodePoolTokens: decodeNumPages * pageSize,

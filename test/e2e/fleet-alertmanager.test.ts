@@ -11,6 +11,7 @@
  * rule evaluation after the next scrape, and Alertmanager sends the resolved notification; an address removed
  * from the list stops being probed without a restart.
  */
+import { scratchHome } from '../helpers/cli.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -32,8 +33,8 @@ interface Notification {
 }
 
 /** Spawns `node bin/kvcanary.js ARGS` and resolves with the first http URL it prints on stdout. */
-function spawnWithUrl(args: string[], procs: ChildProcess[], home: string): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: home } });
+function spawnWithUrl(args: string[], procs: ChildProcess[]): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: scratchHome() } });
   procs.push(child);
   let err = '';
   child.stderr!.on('data', (c: Buffer) => { err = (err + c.toString()).slice(-4000); });
@@ -91,9 +92,9 @@ describe('fleet: three shards, file_sd, Prometheus and Alertmanager', () => {
     am = await startAlertmanager(stringify(amConfig));
 
     const started = await Promise.all([
-      spawnWithUrl(['engine', '--preset', 'incident', '--scale', '64', '--port', '0'], procs, dir),
-      spawnWithUrl(['engine', '--preset', 'remediated', '--scale', '64', '--port', '0'], procs, dir),
-      spawnWithUrl(['engine', '--preset', 'remediated', '--scale', '64', '--port', '0'], procs, dir),
+      spawnWithUrl(['engine', '--preset', 'incident', '--scale', '64', '--port', '0'], procs),
+      spawnWithUrl(['engine', '--preset', 'remediated', '--scale', '64', '--port', '0'], procs),
+      spawnWithUrl(['engine', '--preset', 'remediated', '--scale', '64', '--port', '0'], procs),
     ]);
     engines = started.map((e, i) => ({ name: i === 0 ? 'incident' : `clean-${i}`, hostPort: new URL(e.url).host }));
     writeSd(engines.map((e) => e.hostPort));
@@ -112,8 +113,8 @@ targets:
   - name: glm
     discover: { file_sd: ${sdPath}, refresh: 2s }
 `);
-    // One installation: every shard shares the marker key in KVCANARY_HOME (as the Secret gives it in k8s).
-    shards = (await Promise.all([0, 1, 2].map((i) => spawnWithUrl(['serve', '--config', config, '--shard', `${i}/3`], procs, dir)))).map((s) => s.url);
+    // One installation: every shard shares the marker key in the test's KVCANARY_HOME (as the Secret gives it in k8s).
+    shards = (await Promise.all([0, 1, 2].map((i) => spawnWithUrl(['serve', '--config', config, '--shard', `${i}/3`], procs)))).map((s) => s.url);
     prom = await startPrometheus({
       targets: shards.map((u) => new URL(u).host),
       ruleFiles: [join(DASHBOARDS, 'alerts.yaml'), join(DASHBOARDS, 'fleet-alerts.yaml')],

@@ -106,6 +106,10 @@ function poolStats(s: StatsBlock): KvPoolStats {
 export async function createDisaggregatedEngine(config: EngineConfig, deps: DisaggregatedDeps = {}): Promise<Engine> {
   if (config.mode !== 'disaggregated' || config.disaggregated === undefined) throw new Error('createDisaggregatedEngine needs a disaggregated configuration');
   const d = config.disaggregated;
+  // Cached prompt tokens are reported whenever a prefix can be reused, through either path: pages shared by
+  // the prefix cache and pages loaded from the host tier both spare prefill (SGLang's cached_tokens count
+  // HiCache hits, vLLM's count a KV connector's).
+  const reportsCached = config.prefixCache || d?.hostOffload === true;
   const clock = deps.clock ?? systemClock;
   const log = deps.log ?? ((line: string) => process.stderr.write(line + '\n'));
   const decodeMemory = KvMemory.create({ numPages: d.decodeNumPages, pageSize: config.pageSize });
@@ -161,7 +165,7 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
           reason: e.reason,
           promptTokens: e.promptTokens,
           completionTokens: e.completionTokens,
-          ...(config.prefixCache ? { cachedTokens: live.get(e.id)?.cachedTokens ?? 0 } : {}),
+          ...(reportsCached ? { cachedTokens: live.get(e.id)?.cachedTokens ?? 0 } : {}),
           ...(e.message !== undefined ? { message: e.message } : {}),
         });
       }
@@ -243,7 +247,7 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
     }
     const id = nextId++;
     const channel = new EventChannel<EngineEvent>(() => abort(id));
-    const entry: Live = { channel, promptTokens, cachedTokens: config.prefixCache ? 0 : undefined };
+    const entry: Live = { channel, promptTokens, cachedTokens: reportsCached ? 0 : undefined };
     live.set(id, entry);
     const prompt = Uint16Array.from(request.promptTokens);
     const salt = request.cacheSalt !== undefined ? { cacheSalt: request.cacheSalt } : {};
@@ -320,6 +324,7 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
         'salted-prefix-cache': ds.get('prefixBlockedSalt'),
         'strong-prefix-hash': ds.get('prefixBlockedTokens'),
         'restore-fencing': ds.get('prefixBlockedRestore'),
+        'salted-host-tier': ds.get('hostBlockedSalt'),
       }),
     };
   }
