@@ -36,7 +36,9 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --timeout DURATION      per-request deadline (default 60s, at most 24h), e.g. 30s, 2m
   --deadline DURATION     the whole run's deadline (default 15m, at most 24h): when it passes, everything in
                           flight is aborted and the run ends inconclusive (reason "deadline") with what it had
-  --budget TOKENS         most prompt+completion tokens this run may spend (default 5000000)
+  --budget TOKENS         most tokens this run may send (default auto: what the selected scenarios are
+                          expected to send at the endpoint's advertised sizes, times 1.5; 5000000 when it
+                          advertises none)
   --planter-tokens N      prompt tokens per planter (default: sized from the KV pool)
   --rounds N              abort-race race windows (default 29; a pass needs 29)
   --chat                  use /v1/chat/completions instead of /v1/completions
@@ -153,7 +155,7 @@ interface RunOptions {
   timeoutMs: number;
   /** The whole run ends after this: in-flight requests aborted, inconclusive with what it had. */
   deadlineMs: number;
-  budget: number;
+  budget: number | 'auto';
   planterTokens?: number;
   rounds?: number;
   chat: boolean;
@@ -253,7 +255,7 @@ export function parseRunArgs(args: string[]): RunOptions {
     scenarios,
     timeoutMs,
     deadlineMs,
-    budget: v.budget === undefined ? 5_000_000 : positiveIntFlag('--budget', v.budget),
+    budget: v.budget === undefined || v.budget === 'auto' ? 'auto' : positiveIntFlag('--budget', v.budget),
     ...(v['planter-tokens'] !== undefined ? { planterTokens: positiveIntFlag('--planter-tokens', v['planter-tokens']) } : {}),
     ...(v.rounds !== undefined ? { rounds: positiveIntFlag('--rounds', v.rounds) } : {}),
     chat: v.chat,

@@ -22,7 +22,7 @@
  *       overlimit-handoff: 1h       # a key given here overrides its default (a target's, the top level's).
  *       prefix-churn: every_cycle   # `every_cycle` drops one scenario's tier; `scenarios: every_cycle` drops them all
  *   budget:
- *     tokens_per_hour: 2000000      # per target, over a sliding hour; a cycle that cannot fit is skipped and counted
+ *     tokens_per_hour: auto         # per target, over a sliding hour (auto: from the tiers and the endpoint's sizes)
  *   concurrency:
  *     global: 4                     # scenario runs in flight across all targets
  *     per_target: 2                 # scenario runs of one cycle in flight at once against one target
@@ -93,8 +93,17 @@ export interface ScheduleConfig {
 }
 
 export interface BudgetConfig {
+  /**
+   * Tokens sent per sliding hour. With `derived` (the default, `tokens_per_hour: auto`) this is a placeholder
+   * (unlimited) until the endpoint's advertised sizes are known; serve then sets the target's limit from its
+   * tiers and those sizes (scenario-cost.ts derivedBudget).
+   */
   tokensPerHour: number;
+  derived?: boolean;
 }
+
+/** `budget.tokens_per_hour: auto` (the default): sized by serve from the tiers and the endpoint's advertised sizes. */
+export const DERIVED_BUDGET: Readonly<BudgetConfig> = { tokensPerHour: Number.MAX_SAFE_INTEGER, derived: true };
 
 export interface TenantConfig {
   name: string;
@@ -199,7 +208,6 @@ export const DEFAULTS = {
   interval: '5m',
   timeout: '2m',
   jitter: '30s',
-  tokensPerHour: 2_000_000,
   concurrencyGlobal: 4,
   concurrencyPerTarget: 2,
 } as const;
@@ -523,6 +531,8 @@ class Validator {
     const o = this.object(value, p, ['tokens_per_hour']);
     if (o === undefined) return undefined;
     if (o.tokens_per_hour === undefined) return this.fail(join(p, 'tokens_per_hour'), 'required');
+    if (o.tokens_per_hour === 'auto') return { ...DERIVED_BUDGET };
+    if (typeof o.tokens_per_hour !== 'number') return this.fail(join(p, 'tokens_per_hour'), `expected auto or an integer >= 1, got ${describe(o.tokens_per_hour)}`);
     const n = this.int(o.tokens_per_hour, join(p, 'tokens_per_hour'), 1);
     return n === undefined ? undefined : { tokensPerHour: n };
   }
@@ -701,7 +711,7 @@ class Validator {
     }
 
     const schedule = this.schedule(o.schedule ?? {}, 'schedule', undefined);
-    const budget = o.budget === undefined ? { tokensPerHour: DEFAULTS.tokensPerHour } : this.budget(o.budget, 'budget');
+    const budget = o.budget === undefined ? { ...DERIVED_BUDGET } : this.budget(o.budget, 'budget');
 
     let concurrency: ServiceConfig['concurrency'] | undefined;
     const co = o.concurrency === undefined ? {} : this.object(o.concurrency, 'concurrency', ['global', 'per_target']);
