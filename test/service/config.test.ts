@@ -111,7 +111,7 @@ targets:
     const auto = parseConfig('budget: { tokens_per_hour: auto }\ntargets: [{ name: t, base_url: "http://127.0.0.1:1", budget: { tokens_per_hour: 700 } }]', opts);
     expect(auto.budget).toEqual({ tokensPerHour: Number.MAX_SAFE_INTEGER, derived: true });
     expect(auto.targets[0]!.budget).toEqual({ tokensPerHour: 700 });
-    expect(() => parseConfig('budget: { tokens_per_hour: lots }\ntargets: [{ name: t, base_url: "http://127.0.0.1:1" }]', opts)).toThrow(/budget\.tokens_per_hour: expected auto or an integer >= 1, got `lots` \(string\)/);
+    expect(() => parseConfig('budget: { tokens_per_hour: lots }\ntargets: [{ name: t, base_url: "http://127.0.0.1:1" }]', opts)).toThrow(/budget\.tokens_per_hour: expected auto or an integer >= 1, got "lots" \(string\)/);
   });
 
   it('accepts IPv6 listen addresses and port 0', () => {
