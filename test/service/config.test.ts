@@ -7,7 +7,7 @@ import { ConfigError, configSecrets, formatDuration, loadConfig, parseConfig, pa
 const KNOWN = ['overlimit-handoff', 'abort-race', 'capacity-audit', 'prefix-isolation'];
 const ENV = { PROD_KEY: 'sk-prod-0123456789abcdef', KEY_A: 'key-a-value-123456', KEY_B: 'key-b-value-654321' };
 /** DEFAULT_SCENARIO_INTERVALS for the scenarios in KNOWN. */
-const DEFAULT_TIERS = { 'overlimit-handoff': 3_600_000, 'abort-race': 3_600_000, 'prefix-isolation': 3_600_000 };
+const DEFAULT_TIERS = { 'overlimit-handoff': 21_600_000, 'abort-race': 3_600_000, 'prefix-isolation': 3_600_000 };
 const opts: ParseConfigOptions = { env: ENV, knownScenarios: KNOWN, defaultScenarios: KNOWN.slice(0, 3), baseDir: '/srv/kvc' };
 
 function issuesOf(text: string, o: ParseConfigOptions = opts): { path: string; message: string }[] {
