@@ -9,6 +9,9 @@
  * `--compare --scale 16`: the same runs with real attention and with `--attention skip`, side by side, into
  * bench/attention-modes.json: the prober's requests and the engine's counters in the two modes.
  *
+ * `--run-arg '--ballast-hold generation' --out bench/full-scale-ballast-generation.json`: an option measured
+ * the same way.
+ *
  * The run's budget and limits are lifted (`--budget`, `--timeout`, `--deadline` below): this measures what a
  * whole scenario costs, not what the defaults let it spend.
  */
@@ -26,7 +29,7 @@ function parse(argv: string[]) {
   const { values: v } = parseArgs({
     args: argv, strict: true, options: {
       scale: { type: 'string' }, attention: { type: 'string' }, presets: { type: 'string' }, scenarios: { type: 'string' },
-      out: { type: 'string' }, compare: { type: 'boolean', default: false },
+      out: { type: 'string' }, compare: { type: 'boolean', default: false }, 'run-arg': { type: 'string', multiple: true },
     },
   });
   const compare = v.compare === true;
@@ -37,6 +40,8 @@ function parse(argv: string[]) {
     presets: (v.presets ?? 'incident,remediated').split(','),
     scenarios: v.scenarios === undefined ? [...SCENARIO_NAMES] : v.scenarios.split(','),
     out: v.out ?? (compare ? 'bench/attention-modes.json' : 'bench/full-scale.json'),
+    /** Extra `kvcanary run` flags (an option measured against the defaults, e.g. --ballast-hold generation). */
+    runArgs: [...RUN_ARGS, ...(v['run-arg'] ?? []).flatMap((a) => a.split(' '))],
     command: `npx tsx bench/full-scale.ts ${argv.join(' ')}`.trim(),
   };
 }
@@ -57,7 +62,7 @@ async function main(argv: string[]): Promise<void> {
     for (const scenario of o.scenarios) {
       for (const attention of modes) {
         process.stderr.write(`${preset} ${scenario} (scale 1/${o.scale}, attention ${attention}) ... `);
-        const r = await measureRun(children, { preset, scenario, scale: o.scale, attention, runArgs: RUN_ARGS });
+        const r = await measureRun(children, { preset, scenario, scale: o.scale, attention, runArgs: o.runArgs });
         process.stderr.write(`${r.outcome}${r.reason ? ` (${r.reason})` : ''}: sent ${r.sent}, computed ${r.computed}, billed ${r.billed}, ${r.seconds} s\n`);
         runs.set(key(r), r);
         write(o, [...runs.values()], started, loadStart);
@@ -67,7 +72,7 @@ async function main(argv: string[]): Promise<void> {
 }
 
 function write(o: ReturnType<typeof parse>, runs: MeasuredRun[], started: string, loadStart: number): void {
-  const meta = { command: o.command, scale: o.scale, runArgs: RUN_ARGS.join(' '), startedAt: started, finishedAt: new Date().toISOString(), loadAverage: [loadStart, loadavg()[0]!] };
+  const meta = { command: o.command, scale: o.scale, runArgs: o.runArgs.join(' '), startedAt: started, finishedAt: new Date().toISOString(), loadAverage: [loadStart, loadavg()[0]!] };
   if (o.compare) {
     writeFileSync(o.out, JSON.stringify({ ...meta, runs }, null, 2) + '\n');
     return;

@@ -9,7 +9,7 @@
 import type { KvMemory } from '../kv-memory.js';
 import { createJsKernel } from './js-kernel.js';
 import { createWasmKernel, wasmSimdSupported } from './wasm-kernel.js';
-import { createSkipKernel } from './skip-kernel.js';
+import { createSkipKernel, timeKernel } from './skip-kernel.js';
 
 export interface AttentionKernel {
   readonly name: KernelName;
@@ -28,7 +28,7 @@ export const ATTENTION_MODES: readonly AttentionMode[] = ['full', 'skip'];
 export type KernelName = 'wasm-simd' | 'js' | 'skip';
 
 export function createAttentionKernel(memory: KvMemory, prefer: KernelPreference = 'auto', mode: AttentionMode = 'full'): AttentionKernel {
-  if (mode === 'skip') return createSkipKernel(memory);
+  if (mode === 'skip') return createSkipKernel(memory, timeKernel(memory, createAttentionKernel(memory, prefer)));
   if (prefer === 'js') return createJsKernel(memory);
   if (memory.wasmMemory !== undefined && wasmSimdSupported()) return createWasmKernel(memory);
   if (prefer === 'wasm-simd') {

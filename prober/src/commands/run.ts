@@ -41,6 +41,8 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
                           advertises none)
   --planter-tokens N      prompt tokens per planter (default: sized from the KV pool)
   --rounds N              abort-race race windows (default 29; a pass needs 29)
+  --ballast-hold MODE     abort-race ballast: prompt (default: half prompt, half generation) or generation
+                          (a short prompt, a long generation: see docs/cost.md)
   --chat                  use /v1/chat/completions instead of /v1/completions
   --json                  print one JSON document on stdout
   --fail-on SEVERITY      exit 1 only for a finding at or above it: critical, high, warning (default), info;
@@ -112,6 +114,7 @@ export async function runMain(args: string[]): Promise<number> {
           chat: opts.chat,
           ...(opts.planterTokens !== undefined ? { planterTokens: opts.planterTokens } : {}),
           ...(opts.rounds !== undefined ? { abortRounds: opts.rounds } : {}),
+          ...(opts.ballastHold !== undefined ? { ballastHold: opts.ballastHold } : {}),
         },
       },
       { target: opts.target, scenarios: opts.scenarios, runId: `run-${randomUUID()}`, signal: controller.signal, tokenBudget: opts.budget },
@@ -158,6 +161,7 @@ interface RunOptions {
   budget: number | 'auto';
   planterTokens?: number;
   rounds?: number;
+  ballastHold?: 'prompt' | 'generation';
   chat: boolean;
   json: boolean;
   quiet: boolean;
@@ -187,6 +191,7 @@ export function parseRunArgs(args: string[]): RunOptions {
         budget: { type: 'string' },
         'planter-tokens': { type: 'string' },
         rounds: { type: 'string' },
+        'ballast-hold': { type: 'string' },
         chat: { type: 'boolean', default: false },
         json: { type: 'boolean', default: false },
         'fail-on': { type: 'string' },
@@ -258,6 +263,7 @@ export function parseRunArgs(args: string[]): RunOptions {
     budget: v.budget === undefined || v.budget === 'auto' ? 'auto' : positiveIntFlag('--budget', v.budget),
     ...(v['planter-tokens'] !== undefined ? { planterTokens: positiveIntFlag('--planter-tokens', v['planter-tokens']) } : {}),
     ...(v.rounds !== undefined ? { rounds: positiveIntFlag('--rounds', v.rounds) } : {}),
+    ...(v['ballast-hold'] !== undefined ? { ballastHold: ballastHoldFlag(v['ballast-hold']) } : {}),
     chat: v.chat,
     json: v.json,
     quiet: v.quiet,
@@ -266,4 +272,9 @@ export function parseRunArgs(args: string[]): RunOptions {
     ...(v.store !== undefined ? { store: v.store } : {}),
     ...(v.config !== undefined ? { config: v.config } : {}),
   };
+}
+
+function ballastHoldFlag(value: string): 'prompt' | 'generation' {
+  if (value === 'prompt' || value === 'generation') return value;
+  throw new UsageError(`--ballast-hold: expected prompt or generation, got ${shownString(value)}`);
 }

@@ -46,6 +46,7 @@
  *     plant_tokens: 1048576         # planted tokens per overlimit-handoff cycle / churned per prefix-churn round
  *     abort_rounds: 29              # abort-race race windows per cycle (a pass needs 29)
  *     abort_ballast: true           # abort-race fills the exposed pool with ballast so freed pages are reused at once
+ *     ballast_hold: prompt          # prompt: half prompt, half generation; generation: a short prompt, a long generation
  *     reader_max_tokens: 48         # generated tokens asked of readers and planters
  *     sweep: [0.5, 0.75, 0.95]      # prompt sizes (fractions of the context limit) when the pool is hidden
  *     chat: false                   # use /v1/chat/completions instead of /v1/completions
@@ -350,7 +351,7 @@ interface TargetDefaults {
   tuning?: ProbeTuning;
 }
 
-type TuningKind = { int: number } | 'bool' | 'fraction' | 'fractions' | 'ints';
+type TuningKind = { int: number } | { oneOf: readonly string[] } | 'bool' | 'fraction' | 'fractions' | 'ints';
 
 /** The `probe:` keys, the ProbeTuning field each sets, and what it takes. */
 const TUNING_KEYS: Readonly<Record<string, { field: keyof ProbeTuning; kind: TuningKind }>> = {
@@ -358,6 +359,7 @@ const TUNING_KEYS: Readonly<Record<string, { field: keyof ProbeTuning; kind: Tun
   plant_tokens: { field: 'plantTokens', kind: { int: 1 } },
   abort_rounds: { field: 'abortRounds', kind: { int: 1 } },
   abort_ballast: { field: 'abortBallast', kind: 'bool' },
+  ballast_hold: { field: 'ballastHold', kind: { oneOf: ['prompt', 'generation'] } },
   reader_max_tokens: { field: 'readerMaxTokens', kind: { int: 1 } },
   sweep: { field: 'sweep', kind: 'fractions' },
   chat: { field: 'chat', kind: 'bool' },
@@ -549,7 +551,10 @@ class Validator {
       const kp = join(p, key);
       const kind = spec.kind;
       const fraction = (x: unknown): x is number => typeof x === 'number' && x > 0 && x < 1;
-      if (typeof kind === 'object') {
+      if (typeof kind === 'object' && 'oneOf' in kind) {
+        if (typeof raw === 'string' && kind.oneOf.includes(raw)) out[spec.field] = raw;
+        else this.fail(kp, `expected one of ${kind.oneOf.join(', ')}, got ${describe(raw)}`);
+      } else if (typeof kind === 'object') {
         const n = this.int(raw, kp, kind.int);
         if (n !== undefined) out[spec.field] = n;
       } else if (kind === 'bool') {

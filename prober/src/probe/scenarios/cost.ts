@@ -56,8 +56,9 @@ function abortRace(s: EndpointSizes, t: ProbeTuning, bound: number, out: number)
   const ballast = reservation === undefined || t.abortBallast === false ? 0 : Math.max(0, reservation - planterReserve - slack);
   const readers = clamp(Math.ceil((planterReserve + slack) / (reader + out)) + 1, 4, 64);
   const windows = t.abortRounds ?? RACE_WINDOWS;
-  // The ballast: about half its tokens as prompt, the rest as a generation it holds (and is aborted in).
-  const ballastPrompt = Math.ceil(ballast / 2);
+  // The ballast: about half its tokens as prompt, the rest as a generation it holds (and is aborted in); held
+  // by generation, a 256-token prompt per piece.
+  const ballastPrompt = t.ballastHold === 'generation' ? (ballast > 0 ? 512 : 0) : Math.ceil(ballast / 2);
   const perWindow = planter + readers * reader;
   const sent = CALIBRATION + ballastPrompt + planter + windows * perWindow;
   // Aborted planters compute part of their prompt; readers compute theirs and `out` tokens each.
