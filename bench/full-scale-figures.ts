@@ -66,11 +66,15 @@ export function fullScaleTable(f: FullScaleFigures): string {
   const cell = (name: string, preset: string): string => {
     const r = f.scenarios.find((x) => x.name === name && x.preset === preset);
     const run = f.runs?.find((x) => x.name === name && x.preset === preset);
-    if (r === undefined) return 'not measured | | |';
+    if (r === undefined) return 'not measured | – | –';
     const end = run === undefined ? '' : ` (${run.outcome}${run.reason !== undefined ? `, ${run.reason}` : ''})`;
     return `${int(r.sent)} | ${int(r.computed)} | ${int(r.billed)}${end}`;
   };
   const modes = [...new Set(f.scenarios.map((r) => r.mode))];
+  const runs = f.runs ?? [];
+  const longest = runs.reduce<(typeof runs)[number] | undefined>((a, r) => (a === undefined || (f.scenarios.find((x) => x.name === r.name && x.preset === r.preset)?.seconds ?? 0) > (f.scenarios.find((x) => x.name === a.name && x.preset === a.preset)?.seconds ?? 0) ? r : a), undefined);
+  const longestSeconds = longest === undefined ? undefined : f.scenarios.find((x) => x.name === longest.name && x.preset === longest.preset)?.seconds;
+  const peak = (k: 'enginePeakMiB' | 'proberPeakMiB'): string => int(Math.max(0, ...runs.map((r) => r[k])));
   const tiers = defaultSchedule();
   const day = runsOver(tiers, DAY_MS);
   const schedule = [...day].filter(([, n]) => n > 0).map(([s, n]) => `${s} ×${n}`).join(', ');
@@ -79,10 +83,11 @@ export function fullScaleTable(f: FullScaleFigures): string {
       `engine attention: ${modes.map((m) => `\`${m}\``).join(', ')}; measured ${f.startedAt.slice(0, 10)}, load average ${f.loadAverage.map((x) => x.toFixed(1)).join(' to ')}; [bench/full-scale.json](bench/full-scale.json)). ` +
       'Tokens per run: sent (prompt tokens the prober sent), computed (prompt tokens the engine prefilled plus tokens it generated, its own counters), billed (usage):',
     '',
-    `| scenario | ${presets.map((p) => `${p}: sent | computed | billed`).join(' | ')} |`,
+    `| scenario | ${presets.map((p) => `\`${p}\` sent | computed | billed`).join(' | ')} |`,
     `|---|${presets.map(() => '---|---|---').join('|')}|`,
     ...names.map((n) => `| \`${n}\` | ${presets.map((p) => cell(n, p)).join(' | ')} |`),
     '',
+    ...(longest === undefined ? [] : [`Peak RSS over these runs: engine ${peak('enginePeakMiB')} MiB, prober ${peak('proberPeakMiB')} MiB; the longest run \`${longest.name}\` against \`${longest.preset}\`, ${int(longestSeconds ?? 0)} s (each run's wall time and peak memory are in the JSON's \`runs\`).`, '']),
     `A day for one healthy (\`${HEALTHY_PRESET}\`) full-scale target on the default ${formatDuration(tiers.schedule.intervalMs)} interval: ` +
       `the default cost tiers (${schedule}) **${millions(f.daily.defaultTiers.computed)} tokens computed**, ${millions(f.daily.defaultTiers.sent)} sent; ` +
       `every scenario every cycle **${millions(f.daily.everyCycle.computed)} computed**, ${millions(f.daily.everyCycle.sent)} sent.`,
