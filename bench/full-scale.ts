@@ -12,6 +12,9 @@
  * `--run-arg '--ballast-hold generation' --out bench/full-scale-ballast-generation.json`: an option measured
  * the same way.
  *
+ * `--merge FILE` adds another run's rows (a preset measured by a second process); `--refresh` rewrites the
+ * JSON (merged rows, daily totals of the current tiers) without measuring.
+ *
  * The run's budget and limits are lifted (`--budget`, `--timeout`, `--deadline` below): this measures what a
  * whole scenario costs, not what the defaults let it spend.
  */
@@ -30,6 +33,7 @@ function parse(argv: string[]) {
     args: argv, strict: true, options: {
       scale: { type: 'string' }, attention: { type: 'string' }, presets: { type: 'string' }, scenarios: { type: 'string' },
       out: { type: 'string' }, compare: { type: 'boolean', default: false }, 'run-arg': { type: 'string', multiple: true },
+      merge: { type: 'string', multiple: true }, refresh: { type: 'boolean', default: false },
     },
   });
   const compare = v.compare === true;
@@ -41,6 +45,9 @@ function parse(argv: string[]) {
     scenarios: v.scenarios === undefined ? [...SCENARIO_NAMES] : v.scenarios.split(','),
     out: v.out ?? (compare ? 'bench/attention-modes.json' : 'bench/full-scale.json'),
     /** Extra `kvcanary run` flags (an option measured against the defaults, e.g. --ballast-hold generation). */
+    merge: v.merge ?? [],
+    /** Write the JSON again (rows merged, daily totals of the current tiers) without running anything. */
+    refresh: v.refresh === true,
     runArgs: [...RUN_ARGS, ...(v['run-arg'] ?? []).flatMap((a) => a.split(' '))],
     command: `npx tsx bench/full-scale.ts ${argv.join(' ')}`.trim(),
   };
@@ -53,8 +60,15 @@ async function main(argv: string[]): Promise<void> {
   const children = createChildTracker();
   process.once('SIGINT', () => { children.killAll(); process.exit(130); });
   process.once('SIGTERM', () => { children.killAll(); process.exit(143); });
-  const prior = existsSync(o.out) ? (JSON.parse(readFileSync(o.out, 'utf8')) as { runs?: MeasuredRun[] }).runs ?? [] : [];
+  const read = (f: string): { runs?: MeasuredRun[]; startedAt?: string; loadAverage?: number[]; command?: string } => (existsSync(f) ? JSON.parse(readFileSync(f, 'utf8')) : {});
+  const before = read(o.out);
+  const prior = [...(before.runs ?? []), ...o.merge.flatMap((f) => read(f).runs ?? [])];
   const runs = new Map(prior.map((r) => [key(r), r]));
+  if (o.refresh) {
+    // Keep the measuring run's command and times: nothing is measured here.
+    write({ ...o, command: before.command ?? o.command }, [...runs.values()], before.startedAt ?? new Date().toISOString(), before.loadAverage?.[0] ?? loadavg()[0]!, before.loadAverage?.[1]);
+    return;
+  }
   const modes: ('full' | 'skip')[] = o.compare ? ['full', 'skip'] : [o.attention];
   const started = new Date().toISOString();
   const loadStart = loadavg()[0]!;
@@ -71,8 +85,8 @@ async function main(argv: string[]): Promise<void> {
   }
 }
 
-function write(o: ReturnType<typeof parse>, runs: MeasuredRun[], started: string, loadStart: number): void {
-  const meta = { command: o.command, scale: o.scale, runArgs: o.runArgs.join(' '), startedAt: started, finishedAt: new Date().toISOString(), loadAverage: [loadStart, loadavg()[0]!] };
+function write(o: ReturnType<typeof parse>, runs: MeasuredRun[], started: string, loadStart: number, loadEnd = loadavg()[0]!): void {
+  const meta = { command: o.command, scale: o.scale, runArgs: o.runArgs.join(' '), startedAt: started, finishedAt: new Date().toISOString(), loadAverage: [loadStart, loadEnd] };
   if (o.compare) {
     writeFileSync(o.out, JSON.stringify({ ...meta, runs }, null, 2) + '\n');
     return;
