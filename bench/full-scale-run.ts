@@ -101,8 +101,10 @@ export async function measureRun(children: ChildTracker, spec: RunSpec): Promise
     if (url === undefined) throw new Error(`engine printed no URL: ${line}`);
     const t0 = performance.now();
     const prober = children.spawn(process.execPath, ['bin/kvcanary.js', 'run', '--target', url, '--scenario', spec.scenario, '--json', ...spec.runArgs], {
-      stderr: 'ignore', env: { ...process.env, KVCANARY_HOME: home },
+      stderr: 'pipe', env: { ...process.env, KVCANARY_HOME: home },
     });
+    let err = '';
+    prober.stderr!.on('data', (d: Buffer) => (err = (err + d.toString('utf8')).slice(-2000)));
     let proberPeak = 0;
     const poll = setInterval(() => (proberPeak = Math.max(proberPeak, peakMiB(prober.pid))), 200);
     let out = '';
@@ -110,6 +112,7 @@ export async function measureRun(children: ChildTracker, spec: RunSpec): Promise
     await exited(prober);
     clearInterval(poll);
     const seconds = (performance.now() - t0) / 1000;
+    if (out.trim() === '') throw new Error(`kvcanary run printed no JSON (exit ${prober.exitCode}): ${err}`);
     const doc = JSON.parse(out) as { scenarios: { name: string; outcome: string; reason?: string; power?: unknown; requests: number; tokens: { sent: number; billed: number } }[] };
     const s = doc.scenarios.find((x) => x.name === spec.scenario);
     if (s === undefined) throw new Error(`no ${spec.scenario} in the run's JSON`);
