@@ -33,6 +33,8 @@ export interface FullScaleFigures {
   loadAverage: number[];
   scenarios: FullScaleRow[];
   daily: { defaultTiers: DailyFigure; everyCycle: DailyFigure };
+  /** Scenario and preset pairs with no run (e.g. cut short for time), named wherever a total leaves them out. */
+  unmeasured?: string[];
   /** Every run in detail (engine counters, outcome, peak memory); see full-scale-run.ts. */
   runs?: { name: string; preset: string; outcome: string; reason?: string; requests: number; enginePeakMiB: number; proberPeakMiB: number; engine: { prefilled: number; generated: number } }[];
 }
@@ -71,6 +73,7 @@ export function fullScaleTable(f: FullScaleFigures): string {
     return `${int(r.sent)} | ${int(r.computed)} | ${int(r.billed)}${end}`;
   };
   const modes = [...new Set(f.scenarios.map((r) => r.mode))];
+  const unmeasuredHealthy = (f.unmeasured ?? []).filter((u) => u.startsWith(`${HEALTHY_PRESET}/`)).map((u) => u.slice(HEALTHY_PRESET.length + 1));
   const runs = f.runs ?? [];
   const longest = runs.reduce<(typeof runs)[number] | undefined>((a, r) => (a === undefined || (f.scenarios.find((x) => x.name === r.name && x.preset === r.preset)?.seconds ?? 0) > (f.scenarios.find((x) => x.name === a.name && x.preset === a.preset)?.seconds ?? 0) ? r : a), undefined);
   const longestSeconds = longest === undefined ? undefined : f.scenarios.find((x) => x.name === longest.name && x.preset === longest.preset)?.seconds;
@@ -88,6 +91,7 @@ export function fullScaleTable(f: FullScaleFigures): string {
     ...names.map((n) => `| \`${n}\` | ${presets.map((p) => cell(n, p)).join(' | ')} |`),
     '',
     ...(longest === undefined ? [] : [`Peak RSS over these runs: engine ${peak('enginePeakMiB')} MiB, prober ${peak('proberPeakMiB')} MiB; the longest run \`${longest.name}\` against \`${longest.preset}\`, ${int(longestSeconds ?? 0)} s (each run's wall time and peak memory are in the JSON's \`runs\`).`, '']),
+    ...(unmeasuredHealthy.length === 0 ? [] : [`Not measured: ${(f.unmeasured ?? []).map((u) => `\`${u}\``).join(', ')} (docs/cost.md says why); the daily totals below leave ${unmeasuredHealthy.join(', ')} out.`, '']),
     `A day for one healthy (\`${HEALTHY_PRESET}\`) full-scale target on the default ${formatDuration(tiers.schedule.intervalMs)} interval: ` +
       `the default cost tiers (${schedule}) **${millions(f.daily.defaultTiers.computed)} tokens computed**, ${millions(f.daily.defaultTiers.sent)} sent; ` +
       `every scenario every cycle **${millions(f.daily.everyCycle.computed)} computed**, ${millions(f.daily.everyCycle.sent)} sent.`,

@@ -92,7 +92,9 @@ function write(o: ReturnType<typeof parse>, runs: MeasuredRun[], started: string
     return;
   }
   const scenarios = runs.map((r) => ({ name: r.name, preset: r.preset, sent: r.sent, computed: r.computed, billed: r.billed, seconds: r.seconds, mode: r.mode }));
-  const doc: FullScaleFigures = { ...meta, scenarios, daily: dailyTotals(scenarios), runs };
+  const presets = [...new Set(runs.map((r) => r.preset))];
+  const unmeasured = presets.flatMap((p) => SCENARIO_NAMES.filter((n) => !runs.some((r) => r.preset === p && r.name === n)).map((n) => `${p}/${n}`));
+  const doc: FullScaleFigures = { ...meta, scenarios, daily: dailyTotals(scenarios), ...(unmeasured.length > 0 ? { unmeasured } : {}), runs };
   writeFileSync(o.out, JSON.stringify(doc, null, 2) + '\n');
 }
 
