@@ -7,6 +7,7 @@
 import { defaultSchedule, everyCycleSchedule } from './schedule-cost.js';
 import { runsOver } from '../prober/src/service/scenario-schedule.js';
 import { formatDuration } from '../prober/src/service/config.js';
+import { SCENARIO_NAMES } from '../prober/src/probe/scenarios/index.js';
 
 export interface FullScaleRow {
   name: string;
@@ -64,7 +65,8 @@ const millions = (n: number): string => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} bil
 /** README.md's per-scenario full-scale cost table and daily totals, from bench/full-scale.json. */
 export function fullScaleTable(f: FullScaleFigures): string {
   const presets = [...new Set(f.scenarios.map((r) => r.preset))];
-  const names = [...new Set(f.scenarios.map((r) => r.name))];
+  const measured = new Set(f.scenarios.map((r) => r.name));
+  const names = [...SCENARIO_NAMES.filter((n) => measured.has(n)), ...[...measured].filter((n) => !SCENARIO_NAMES.includes(n))];
   const cell = (name: string, preset: string): string => {
     const r = f.scenarios.find((x) => x.name === name && x.preset === preset);
     const run = f.runs?.find((x) => x.name === name && x.preset === preset);
@@ -91,7 +93,7 @@ export function fullScaleTable(f: FullScaleFigures): string {
     ...names.map((n) => `| \`${n}\` | ${presets.map((p) => cell(n, p)).join(' | ')} |`),
     '',
     ...(longest === undefined ? [] : [`Peak RSS over these runs: engine ${peak('enginePeakMiB')} MiB, prober ${peak('proberPeakMiB')} MiB; the longest run \`${longest.name}\` against \`${longest.preset}\`, ${int(longestSeconds ?? 0)} s (each run's wall time and peak memory are in the JSON's \`runs\`).`, '']),
-    ...(unmeasuredHealthy.length === 0 ? [] : [`Not measured: ${(f.unmeasured ?? []).map((u) => `\`${u}\``).join(', ')} (docs/cost.md says why); the daily totals below leave ${unmeasuredHealthy.join(', ')} out.`, '']),
+    ...(unmeasuredHealthy.length === 0 ? [] : [`Not measured: ${(f.unmeasured ?? []).map((u) => `\`${u}\``).join(', ')} ([docs/cost.md](docs/cost.md) says why); the daily totals below leave ${unmeasuredHealthy.join(', ')} out.`, '']),
     `A day for one healthy (\`${HEALTHY_PRESET}\`) full-scale target on the default ${formatDuration(tiers.schedule.intervalMs)} interval: ` +
       `the default cost tiers (${schedule}) **${millions(f.daily.defaultTiers.computed)} tokens computed**, ${millions(f.daily.defaultTiers.sent)} sent; ` +
       `every scenario every cycle **${millions(f.daily.everyCycle.computed)} computed**, ${millions(f.daily.everyCycle.sent)} sent.`,

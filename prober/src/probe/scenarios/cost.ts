@@ -60,7 +60,12 @@ function abortRace(s: EndpointSizes, t: ProbeTuning, bound: number, out: number)
   // by generation, a 256-token prompt per piece.
   const ballastPrompt = t.ballastHold === 'generation' ? (ballast > 0 ? 512 : 0) : Math.ceil(ballast / 2);
   const perWindow = planter + readers * reader;
-  const sent = CALIBRATION + ballastPrompt + planter + windows * perWindow;
+  // A ballast piece that ends is re-sent before the next window. Measured at full scale (bench/full-scale.json,
+  // incident): 6.35 M tokens sent for 1.2 M computed, the ballast re-sent about once per piece every three
+  // windows, its prompt served from the prefix cache each time. Budgets must hold it; the computed estimate
+  // assumes that cache (an endpoint without one computes the re-sends too).
+  const resends = ballastPrompt * Math.ceil(windows / 3);
+  const sent = CALIBRATION + ballastPrompt + resends + planter + windows * perWindow;
   // Aborted planters compute part of their prompt; readers compute theirs and `out` tokens each.
   const computed = CALIBRATION + ballastPrompt + planter + windows * (planter + readers * (reader + out));
   return { sent, computed };
