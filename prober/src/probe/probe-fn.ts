@@ -19,6 +19,19 @@ export interface ProbeRequest {
    * (scenarios/cost.ts runBudget), and AUTO_BUDGET_FALLBACK when no size is advertised.
    */
   tokenBudget: number | 'auto';
+  /**
+   * Beyond `tokenBudget`, what more the caller can grant now (the scheduler: what the target's hourly budget
+   * has left over and above what the cycle's other scenarios are expected to need). A scenario is cut short
+   * for the budget only when this is exhausted too.
+   */
+  moreBudget?: BudgetReserve;
+}
+
+export interface BudgetReserve {
+  /** Tokens that could be granted now. */
+  spare(): number;
+  /** Takes `tokens` more for this probe; false (nothing taken) if they are not spare. */
+  take(tokens: number): boolean;
 }
 
 export type ProbeFn = (req: ProbeRequest) => Promise<ProbeRun>;

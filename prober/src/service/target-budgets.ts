@@ -11,7 +11,7 @@ import { budgetWarning } from './cycle-cost.js';
 import { derivedBudget, describeDailyCost, scenarioCost, scheduledCost, type EndpointSizes } from './scenario-cost.js';
 import type { Metrics } from './metrics.js';
 import type { ProbeRun } from '../probe/result.js';
-import type { Store } from './store.js';
+import type { ScenarioLatest, Store } from './store.js';
 
 export interface TargetBudgets {
   /** The target's budget at its current limit (created on first use). */
@@ -22,7 +22,7 @@ export interface TargetBudgets {
    * Charges the store's spend within the last hour and the latest cost of each scenario; `started` learns when
    * each scenario last ran (so cost tiers carry over a restart). A store error is logged: budgets start empty.
    */
-  seed(store: Partial<Pick<Store, 'tokenSpend' | 'latestPerTarget'>>, started: (target: string, scenario: string, at: number) => void): void;
+  seed(store: Partial<Pick<Store, 'tokenSpend' | 'latestPerTarget'>>, started: (target: string, scenario: string, at: number, latest: ScenarioLatest) => void): void;
   /**
    * The endpoint's advertised sizes, as a probe saw them: a derived budget (`tokens_per_hour: auto`) takes its
    * limit from them, and scenarios with no cost yet are expected to cost what scenario-cost.ts says.
@@ -71,7 +71,7 @@ export function createTargetBudgets(deps: { metrics: Metrics; clock: Clock; logg
           for (const s of t.scenarios) {
             budgets.get(t.target)?.noteCost(s.scenario, costOf(s.tokens));
             const at = Date.parse(s.at);
-            if (Number.isFinite(at)) started(t.target, s.scenario, at);
+            if (Number.isFinite(at)) started(t.target, s.scenario, at, s);
           }
         }
       } catch (err) {
