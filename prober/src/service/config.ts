@@ -105,7 +105,9 @@ export interface BudgetConfig {
 }
 
 /** `budget.tokens_per_hour: auto` (the default): sized by serve from the tiers and the endpoint's advertised sizes. */
-export const DERIVED_BUDGET: Readonly<BudgetConfig> = { tokensPerHour: Number.MAX_SAFE_INTEGER, derived: true };
+/** Until the sizes are known: no limit in practice, yet small enough that shares of it stay exact integers. */
+export const UNSIZED_TOKENS_PER_HOUR = 1_000_000_000_000;
+export const DERIVED_BUDGET: Readonly<BudgetConfig> = { tokensPerHour: UNSIZED_TOKENS_PER_HOUR, derived: true };
 
 /** A tenant as the config gives it: the probe's ProbeTenant (probe/probe-target.ts). */
 export type TenantConfig = ProbeTenant;
