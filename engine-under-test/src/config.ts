@@ -8,7 +8,7 @@ import { FREE_LIST_POLICIES, type FreeListPolicy } from './free-list.js';
 import { DEFAULT_PRESET, PRESETS, type EngineMode } from './presets.js';
 import { DEFENSES, SINGLE_NODE_DEFENSES, isDefenseName, type DefenseName } from './defenses.js';
 import { FAULTS, PREFIX_CACHE_FAULTS, isFaultName, type FaultName } from './faults.js';
-import type { KernelPreference } from './attention/kernel.js';
+import { ATTENTION_MODES, type AttentionMode, type KernelPreference } from './attention/kernel.js';
 
 export interface EngineOptions {
   /** @default 'single' */
@@ -60,6 +60,11 @@ export interface EngineOptions {
   model?: Partial<ModelConfig>;
   /** @default 'auto' (SIMD when available) */
   kernel?: KernelPreference;
+  /**
+   * `skip` keeps every admission, page and accounting decision and skips the attention arithmetic
+   * (attention/skip-kernel.ts): for measuring cost at full scale, never detection. @default 'full'
+   */
+  attention?: AttentionMode;
   /** Request body limit. @default 6 bytes per context token + 1 MiB (a fully escaped max-length prompt). */
   maxBodyBytes?: number;
   /** Sampling seed when a request gives none. @default 0 */
@@ -95,6 +100,7 @@ export interface EngineConfig {
   modelId: string;
   model: ModelConfig;
   kernel: KernelPreference;
+  attention: AttentionMode;
   maxBodyBytes: number;
   defaultSeed: number;
   faults: FaultName[];
@@ -159,6 +165,10 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
   const kernel = options.kernel ?? 'auto';
   if (!['auto', 'wasm-simd', 'js'].includes(kernel)) {
     throw new EngineConfigError('kernel', `Expected \`kernel\` to be auto, wasm-simd or js, got ${describe(kernel)}`);
+  }
+  const attention = options.attention ?? 'full';
+  if (!ATTENTION_MODES.includes(attention)) {
+    throw new EngineConfigError('attention', `Expected \`attention\` to be ${ATTENTION_MODES.join(' or ')}, got ${describe(attention)}`);
   }
   const model = { ...DEFAULT_MODEL_CONFIG, ...options.model };
   integer('model.ngram', model.ngram, 1, 64);
@@ -254,6 +264,7 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
     modelId,
     model,
     kernel,
+    attention,
     maxBodyBytes:
       options.maxBodyBytes === undefined ? 6 * contextTokens + 1024 * 1024 : integer('maxBodyBytes', options.maxBodyBytes, 1024),
     defaultSeed: options.defaultSeed === undefined ? 0 : integer('defaultSeed', options.defaultSeed, 0, 0xffffffff),

@@ -22,6 +22,7 @@
  * once prefill reports them landed. Under `page-tags`, a shared page is checked against the generation it
  * had when it was shared (it is SHARED, not the reader's), the rest as before.
  */
+import type { KernelName } from '../attention/kernel.js';
 import type { MessagePort } from 'node:worker_threads';
 import type { DisaggregatedConfig, EngineConfig } from '../config.js';
 import { KvMemory } from '../kv-memory.js';
@@ -134,6 +135,7 @@ export class DecodeWorker {
     this.model = new InductionModel(memory, {
       config: c.model,
       kernel: c.kernel,
+      attention: c.attention,
       fenceReads: true,
       onForeignRead: (reader, r) => {
         // A same-tenant read of a page cached for the same tokens is the cache working, not a leak.
@@ -410,7 +412,7 @@ export class DecodeWorker {
     this.sequences.delete(seq.id);
   }
 
-  get kernel(): 'wasm-simd' | 'js' {
+  get kernel(): KernelName {
     return this.model.kernel.name;
   }
 

@@ -137,7 +137,11 @@ export interface ProbeRun {
   outcome: RunOutcome;
   scenarios: ScenarioResult[];
   /** What introspection learnt about the target (absent fields: not exposed). */
-  capacity: { contextTokens?: number; poolTokens?: number; pageSize?: number };
+  capacity: {
+    contextTokens?: number; poolTokens?: number; pageSize?: number;
+    /** The pool where requests reserve their pages (decode's when disaggregated), and the largest pool exposed. */
+    reservationPoolTokens?: number; largestPoolTokens?: number;
+  };
   /** Was the endpoint reachable at all this cycle. */
   up: boolean;
 }
