@@ -101,7 +101,9 @@ targets:
     closers.push(() => svc.stop());
     await vi.waitFor(() => expect(runs).toHaveLength(2), { timeout: 5000 });
     const byTarget = Object.fromEntries(runs.map((r) => [r.target, r]));
-    expect(byTarget['replica-a']!.outcome).toBe('pass');
+    // Silenced, the finding fails no run; but overlimit-handoff stopped at it, so the run established nothing
+    // more than it had before the finding: inconclusive, never a pass (docs/verdicts.md).
+    expect(byTarget['replica-a']!.outcome).toBe('inconclusive');
     expect(byTarget['other']!.outcome).toBe('fail');
     const metrics = await (await fetch(`${svc.url}metrics`)).text();
     expect(metrics).toContain('kvcanary_findings_acknowledged_total{target="replica-a",scenario="overlimit-handoff",kind="cross-request-leak",severity="critical"} 1');
