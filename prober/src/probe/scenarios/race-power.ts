@@ -5,3 +5,5 @@
  */
 export const RACE_DETECTABLE_RATE = 0.1;
 export const RACE_CONFIDENCE = 0.95;
+/** The confidence abort-race states when it passes, as measured by bench/race-calibration.json. */
+export const RACE_CALIBRATED_CONFIDENCE = 0.95;
