@@ -13,10 +13,11 @@
  * at a rate >= detectableRate must have a Wilson lower bound >= statedConfidence
  * (test/prober/race-calibration.test.ts holds the code to it).
  *
- *   npx tsx bench/race-calibration.ts [--runs N] [--parallel K] [--rows ID,...] [--default-runs] [--out FILE] [--resume]
+ *   npx tsx bench/race-calibration.ts [--runs N] [--parallel K] [--scale N] [--rows ID,...] [--default-runs] [--out FILE] [--resume]
  *
  * Writes bench/race-calibration.json (or --out) after every run (a row in progress has `complete: false`), so
- * partial results survive; `--resume` keeps the complete rows already in the file and runs the rest. Run it
+ * partial results survive; `--resume` keeps the rows and runs already in the file and runs the rest (a resumed
+ * row's runs continue its seeds). Rows run from the highest rate down (see `order`). Run it
  * under `nice -n 10` on a shared machine: the races depend on timing, and the load is recorded.
  */
 import { spawn } from 'node:child_process';
@@ -24,7 +25,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEngine, type StartEngineOptions } from '../engine-under-test/src/index.js';
-import { RACE_CALIBRATED_CONFIDENCE, RACE_DETECTABLE_RATE } from '../prober/src/probe/scenarios/race-power.js';
+import { ABORT_RACE_CONFIDENCE, ABORT_RACE_DETECTABLE_RATE } from '../prober/src/probe/scenarios/race-power.js';
 import { formatProportion, proportion } from './proportion.js';
 
 export const SCENARIO_NOTE =
@@ -43,18 +44,20 @@ interface RowSpec {
   tuned: boolean;
 }
 
-export function rowSpecs(): RowSpec[] {
+export function rowSpecs(scale = 64): RowSpec[] {
   const rows: RowSpec[] = [];
   for (const fault of ['late-write', 'offload-release-race'] as const) {
     for (const freeList of ['fifo', 'lifo'] as const) {
       for (const rate of [0.05, 0.1, 0.2, 0.5]) {
-        rows.push({ id: `${fault}/${freeList}/${rate}`, fault, preset: 'remediated', freeList, scale: 64, rate, transferLatencyMs: 4, tuned: true });
+        rows.push({ id: `${fault}/${freeList}/${rate}`, fault, preset: 'remediated', freeList, scale, rate, transferLatencyMs: 4, tuned: true });
       }
     }
   }
-  // Never tuned on: transfers four times slower (16 ms a batch), at the lowest rate a claim can rest on.
+  // Never tuned on: transfers four times slower (16 ms a batch).
   for (const fault of ['late-write', 'offload-release-race'] as const) {
-    rows.push({ id: `${fault}/fifo/0.1/16ms`, fault, preset: 'remediated', freeList: 'fifo', scale: 64, rate: 0.1, transferLatencyMs: 16, tuned: false });
+    for (const rate of [0.1, 0.2, 0.5]) {
+      rows.push({ id: `${fault}/fifo/${rate}/16ms`, fault, preset: 'remediated', freeList: 'fifo', scale, rate, transferLatencyMs: 16, tuned: false });
+    }
   }
   return rows;
 }
@@ -145,12 +148,12 @@ function summarise(spec: RowSpec, records: RunRecord[], runs: number) {
     tuned: spec.tuned,
     runs: records.length,
     caught,
-    statedConfidence: RACE_CALIBRATED_CONFIDENCE,
-    detectableRate: RACE_DETECTABLE_RATE,
+    statedConfidence: ABORT_RACE_CONFIDENCE,
+    detectableRate: ABORT_RACE_DETECTABLE_RATE,
     complete: records.length >= runs,
     recall,
     /** Rows at rates >= detectableRate: the Wilson lower bound reaches the stated confidence. */
-    meetsStatedConfidence: spec.rate >= RACE_DETECTABLE_RATE ? (recall.low ?? 0) >= RACE_CALIBRATED_CONFIDENCE : null,
+    meetsStatedConfidence: spec.rate >= ABORT_RACE_DETECTABLE_RATE ? (recall.low ?? 0) >= ABORT_RACE_CONFIDENCE : null,
     /** What the runs that passed stated (the scenario's own power line). */
     passedRuns: passes.length,
     passedRunsConfidence: passes.length > 0 ? Math.min(...passes.map((r) => r.power?.confidence ?? 0)) : null,
@@ -165,16 +168,21 @@ async function main(): Promise<void> {
   const defaultRuns = process.argv.includes('--default-runs');
   const wanted = arg('rows')?.split(',');
   const out = arg('out') ?? 'bench/race-calibration.json';
-  const specs = rowSpecs().filter((r) => wanted === undefined || wanted.includes(r.id));
+  const specs = rowSpecs(Number(arg('scale') ?? 64)).filter((r) => wanted === undefined || wanted.includes(r.id));
   const command = `npx tsx bench/race-calibration.ts ${process.argv.slice(2).join(' ')}`.trim();
   type Row = ReturnType<typeof summarise> & { id: string };
   const done = new Map<string, Row>();
+  const records = new Map<string, RunRecord[]>(specs.map((s) => [s.id, []]));
+  let startedAt = new Date().toISOString();
   if (process.argv.includes('--resume') && existsSync(out)) {
-    for (const row of (JSON.parse(readFileSync(out, "utf8")) as { rows: Row[] }).rows) if (row.complete) done.set(row.id, row);
+    const earlier = JSON.parse(readFileSync(out, 'utf8')) as { startedAt: string; rows: Row[] };
+    startedAt = earlier.startedAt;
+    for (const row of earlier.rows) {
+      if (row.complete) done.set(row.id, row);
+      else if (records.has(row.id)) records.set(row.id, row.records);
+    }
   }
   const loadAtStart = loadavg()[0]!;
-  const startedAt = new Date().toISOString();
-  const records = new Map<string, RunRecord[]>(specs.map((s) => [s.id, []]));
   const write = (): void => {
     const rows = specs
       .filter((s) => done.has(s.id) || (records.get(s.id)?.length ?? 0) > 0)
@@ -193,11 +201,14 @@ async function main(): Promise<void> {
     };
     writeFileSync(out, JSON.stringify(doc, null, 2) + '\n');
   };
-  // The rows a claim rests on first (rates from high to low, then the untuned configurations), the lowest rate
-  // last: a bench cut short keeps the rows that matter most.
-  const order = (s: RowSpec): number => (s.rate === 0.05 ? 2 : s.tuned ? 0 : 1) * 10 - s.rate;
+  // Rates from high to low (the tuned configurations first within a rate): a bench cut short keeps every
+  // configuration at the rates it reached, and the statement rests on the lowest rate all of them reached.
+  const order = (s: RowSpec): number => -s.rate * 10 + (s.tuned ? 0 : 1);
   const queue: { spec: RowSpec; i: number }[] = [];
-  for (const spec of [...specs].sort((a, b) => order(a) - order(b))) if (!done.has(spec.id)) for (let i = 0; i < runs; i++) queue.push({ spec, i });
+  for (const spec of [...specs].sort((a, b) => order(a) - order(b))) {
+    if (done.has(spec.id)) continue;
+    for (let i = records.get(spec.id)!.length; i < runs; i++) queue.push({ spec, i });
+  }
   const worker = async (): Promise<void> => {
     for (let job = queue.shift(); job !== undefined; job = queue.shift()) {
       const r = await oneRun(job.spec, job.i + 1, defaultRuns);
