@@ -97,3 +97,55 @@ export function defaultRunsTable(d: DefaultRunFigures): string {
     '\n'
   );
 }
+
+export interface RaceCalibrationFigures {
+  command: string;
+  scenario: string;
+  scenarioNote?: string;
+  confidenceCheck: string;
+  runsPerRow: number;
+  parallel: number;
+  startedAt: string;
+  measuredAt: string;
+  loadAverage?: LoadAverage;
+  rows: {
+    id: string;
+    fault: string;
+    preset: string;
+    freeList: string;
+    scale: number;
+    rate: number;
+    transferLatencyMs: number;
+    tuned: boolean;
+    runs: number;
+    caught: number;
+    statedConfidence: number;
+    detectableRate: number;
+    complete: boolean;
+    recall: Proportion;
+    meetsStatedConfidence: boolean | null;
+    medianRunS: number;
+  }[];
+}
+
+/** bench:race-calibration's rows: per-run recall at each fault rate, against what abort-race states. */
+export function raceCalibrationTable(d: RaceCalibrationFigures): string {
+  const first = d.rows[0];
+  const rows = d.rows.map((row) => {
+    const configuration = `\`${row.fault}\` ${row.freeList.toUpperCase()}, 1/${row.scale}, ${row.transferLatencyMs} ms transfers${row.tuned ? '' : ' (never tuned on)'}`;
+    const runs = row.complete ? String(row.runs) : `${row.runs} of ${d.runsPerRow} (not finished)`;
+    const meets = row.meetsStatedConfidence === null ? 'below the stated rate' : row.meetsStatedConfidence ? 'yes' : '**no**';
+    return `| ${configuration} | ${row.rate} | ${runs} | ${row.caught} | ${interval(row.recall)} | ${meets} | ${row.medianRunS} s |`;
+  });
+  const stated =
+    first === undefined
+      ? ''
+      : `abort-race states: a race fault firing on ≥${first.detectableRate} of its eligible events is caught in ≥${first.statedConfidence} of runs. `;
+  return (
+    `\`${d.command}\`, \`${d.scenario}\`, ${d.parallel} runs at a time, ${d.startedAt.slice(0, 16).replace('T', ' ')} to ${d.measuredAt.slice(0, 16).replace('T', ' ')} UTC${load(d.loadAverage)} ` +
+    `([bench/race-calibration.json](bench/race-calibration.json)). ${stated}` +
+    `A row at a rate ≥ that meets it when the lower end of its 95% Wilson interval is ≥ the stated confidence.\n\n` +
+    ['| configuration | rate | runs | caught | recall (95% Wilson) | meets the statement | median run |', '|---|---|---|---|---|---|---|', ...rows].join('\n') +
+    '\n'
+  );
+}

@@ -80,6 +80,20 @@ export interface ScenarioResult {
   reason?: InconclusiveReason;
 }
 
+/** One line a person reads: what the power statement says, by its basis. */
+export function describePower(p: Power): string {
+  const pct = `${Math.round(p.detectableRate * 100)}%`;
+  const c = p.confidence.toFixed(3);
+  switch (p.basis) {
+    case 'measured':
+      return `power (measured): ${p.trials} independent race windows; a race fault firing on ≥${pct} of its eligible events was caught in ≥${c} of runs (Wilson 95% lower bound, bench/race-calibration.json)`;
+    case 'scaled':
+      return `power (scaled, short of the measured workload): ${p.trials} independent race windows; a race fault firing on ≥${pct} of its eligible events caught with probability ${c}`;
+    default:
+      return `power (model, windows assumed independent): ${p.trials} race windows, a fault showing in ≥${pct} of them caught with probability ${c}`;
+  }
+}
+
 /** c = 1 - (1 - r)^N. */
 export function powerOf(trials: number, detectableRate: number): Power {
   const confidence = trials <= 0 ? 0 : 1 - Math.pow(1 - detectableRate, trials);

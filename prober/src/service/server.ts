@@ -15,7 +15,7 @@ import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { formatDuration, parseDuration } from './config.js';
 import { FINDING_KINDS, isFindingKind } from '../probe/findings.js';
-import type { Outcome } from '../probe/result.js';
+import { describePower, type Outcome } from '../probe/result.js';
 import type { RunSummary, Store, StoredFinding, TargetLatest } from './store.js';
 import { groupThousands } from '../locale-free.js';
 import { writeExposition } from './metrics-exposition.js';
@@ -269,7 +269,7 @@ function targetSection(name: string, baseUrl: string, scenarios: readonly string
   // Configured order first; a scenario with history but no longer configured follows.
   for (const s of scenarios) rows.set(s, `<tr><td>${escapeHtml(s)}</td><td>${badge('none')}</td><td></td><td></td></tr>`);
   for (const s of latest?.scenarios ?? []) {
-    const power = s.power === undefined ? [] : [`power: ${s.power.trials} race windows, a fault showing in ≥${Math.round(s.power.detectableRate * 100)}% of them caught with probability ${s.power.confidence.toFixed(3)}`];
+    const power = s.power === undefined ? [] : [describePower(s.power)];
     const reason = s.reason === undefined ? [] : [`cut short: ${s.reason}`];
     const notes = [...reason, ...power, ...s.notes.slice(0, 3)].map((n) => escapeHtml(n)).join('<br>');
     const streak = s.outcome === 'inconclusive' ? ` <span class="streak">${s.inconclusiveStreak} in a row</span>` : '';
