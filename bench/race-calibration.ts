@@ -15,6 +15,9 @@
  *
  *   npx tsx bench/race-calibration.ts [--runs N] [--parallel K] [--scale N] [--rows ID,...] [--default-runs] [--out FILE] [--resume]
  *
+ * `--restate` rewrites only the rows' stated fields (statedConfidence, detectableRate, meetsStatedConfidence)
+ * from the current statement, after race-power.ts was set from a finished run; the runs are left as measured.
+ *
  * Writes bench/race-calibration.json (or --out) after every run (a row in progress has `complete: false`), so
  * partial results survive; `--resume` keeps the rows and runs already in the file and runs the rest (a resumed
  * row's runs continue its seeds). Rows run from the highest rate down (see `order`). Run it
@@ -162,7 +165,49 @@ function summarise(spec: RowSpec, records: RunRecord[], runs: number) {
   };
 }
 
+interface FinishedRow {
+  fault: string;
+  freeList: string;
+  rate: number;
+  complete: boolean;
+  runs: number;
+  caught: number;
+}
+
+/**
+ * What the finished rows support, per measured rate r: the smallest Wilson lower bound over the finished rows
+ * at rates >= r, when every fault and free list has a finished row at a rate >= r (else nothing is claimed at r).
+ */
+export function supportedClaims(rows: readonly FinishedRow[]): { rate: number; confidence: number; rows: number }[] {
+  const finished = rows.filter((r) => r.complete);
+  const rates = [...new Set(finished.map((r) => r.rate))].sort((a, b) => a - b);
+  const claims = [];
+  for (const rate of rates) {
+    const at = finished.filter((r) => r.rate >= rate);
+    const covered = ['late-write', 'offload-release-race'].every((f) => ['fifo', 'lifo'].every((l) => at.some((r) => r.fault === f && r.freeList === l)));
+    if (!covered) continue;
+    const low = Math.min(...at.map((r) => proportion(r.caught, r.runs).low ?? 0));
+    claims.push({ rate, confidence: Math.floor(low * 100) / 100, rows: at.length });
+  }
+  return claims;
+}
+
+/** `--restate`: the stated fields of every row from the current statement (race-power.ts); the runs stay as measured. */
+function restate(out: string): void {
+  const doc = JSON.parse(readFileSync(out, 'utf8')) as { rows: (FinishedRow & { statedConfidence: number; detectableRate: number; meetsStatedConfidence: boolean | null; recall: { low: number | null } })[] };
+  for (const row of doc.rows) {
+    row.statedConfidence = ABORT_RACE_CONFIDENCE;
+    row.detectableRate = ABORT_RACE_DETECTABLE_RATE;
+    row.meetsStatedConfidence = row.rate >= ABORT_RACE_DETECTABLE_RATE ? (row.recall.low ?? 0) >= ABORT_RACE_CONFIDENCE : null;
+  }
+  writeFileSync(out, JSON.stringify(doc, null, 2) + '\n');
+}
+
 async function main(): Promise<void> {
+  if (process.argv.includes('--restate')) {
+    restate(arg('out') ?? 'bench/race-calibration.json');
+    return;
+  }
   const runs = Number(arg('runs') ?? 30);
   const parallel = Number(arg('parallel') ?? 2);
   const defaultRuns = process.argv.includes('--default-runs');
@@ -228,6 +273,7 @@ async function main(): Promise<void> {
   };
   await Promise.all(Array.from({ length: parallel }, () => worker()));
   write();
+  for (const c of supportedClaims([...done.values()])) console.log(`supported: rate >= ${c.rate}: caught in >= ${c.confidence} of runs (${c.rows} finished rows)`);
 }
 
 if (process.argv[1]?.endsWith('race-calibration.ts')) await main();
