@@ -238,6 +238,7 @@ async function main(): Promise<void> {
       scenarioNote: defaultRuns ? undefined : SCENARIO_NOTE,
       confidenceCheck: 'Wilson score 95% interval (two-sided): a row at a rate >= detectableRate meets the statement when its lower bound >= statedConfidence',
       runsPerRow: runs,
+      plannedRows: specs.map((s) => s.id),
       parallel,
       startedAt,
       measuredAt: new Date().toISOString(),

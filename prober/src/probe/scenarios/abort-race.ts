@@ -29,7 +29,7 @@
  * workload (budget, deadline, too many uncounted windows) it is inconclusive and says what it reached.
  */
 import { readerPrompt, repetitionsFor, tokensFor } from '../prompts.js';
-import type { ScenarioResult } from '../result.js';
+import type { Power, ScenarioResult } from '../result.js';
 import type { AbortAfter } from '../target/client.js';
 import { holdBallast } from './ballast.js';
 import { tokenLine } from './calibration.js';
@@ -99,10 +99,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
 
   const sizing = initialSizing();
   let windows = 0;
-  const kinds: AbortWindows = { midTransfer: 0, midStream: 0, resends: 0, resendGroups: 0 };
-  /** The re-send group of the prompt now being re-sent (the attempt that completed it), and the last one counted. */
-  let group = -1;
-  let groupCounted = -1;
+  const tally = new WindowTally();
   let attempts = 0;
   let missed = 0;
   let readersOk = 0;
@@ -147,7 +144,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
         ex = planted.ex;
         if (midStream && ex !== undefined && ex.result.generatedChars > 0) {
           complete = planted;
-          group = attempts;
+          tally.newGroup();
         }
       }
       if (out.add(ex) === undefined) {
@@ -179,30 +176,14 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
       const inFlight = ex!.result.transport === 'aborted' && (midStream || ex!.result.generatedChars === 0);
       if (inFlight && ok * 2 > readersPerWindow) {
         windows++;
-        if (midStream) kinds.midStream++;
-        else if (resend !== undefined) {
-          kinds.resends++;
-          if (groupCounted !== group) kinds.resendGroups++;
-          groupCounted = group;
-        } else kinds.midTransfer++;
+        tally.count(midStream ? 'midStream' : resend !== undefined ? 'resend' : 'midTransfer');
       } else missed++;
     }
   } finally {
     await ballast.release();
   }
-  out.power = abortRacePower(windows, kinds);
-  const independent = independentWindows(kinds);
-  out.note(
-    `${windows} race window(s) exercised in ${attempts} attempt(s) (${missed} not counted: planter answered before the abort, or readers failed): ` +
-      `${kinds.midTransfer} mid-transfer, ${kinds.midStream} mid-stream, ${kinds.resends} re-send(s) in ${kinds.resendGroups} group(s); ` +
-      `windows that can show a transfer late write ${independent.transfer}, a host-copy race ${independent.copy} (a group of re-sends counted once); ` +
-      `${readersOk}/${readersSent} readers answered`,
-  );
-  out.note(
-    out.power.basis === 'measured'
-      ? `power (measured, bench/race-calibration.json): a race fault firing on ≥${out.power.detectableRate * 100}% of its eligible events was caught in ≥${out.power.confidence} of runs of this workload (Wilson 95% lower bound)`
-      : `power (scaled from the measured workload of ${enough} windows, not measured at ${windows}): ≥${out.power.detectableRate * 100}% of eligible events, probability ${out.power.confidence}`,
-  );
+  out.power = abortRacePower(windows, tally.windows);
+  for (const line of powerNotes(out.power, tally.windows, { windows, attempts, missed, readersOk, readersSent, enough })) out.note(line);
   if (out.findings.length > 0) return out.finish('inconclusive'); // fail: findings decide
   if (cut !== undefined) {
     out.note(cut === 'budget' ? 'cut short by the token budget: isolation not established (not the endpoint\'s fault)' : 'cut short by the cycle deadline');
@@ -219,4 +200,43 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
     return out.finish('inconclusive');
   }
   return out.finish('pass');
+}
+
+/** Counted windows by what they can show; re-sends of one prompt form a group, counted once (race-power.ts). */
+class WindowTally {
+  readonly windows: AbortWindows = { midTransfer: 0, midStream: 0, resends: 0, resendGroups: 0 };
+  private group = 0;
+  private counted = -1;
+
+  /** A mid-stream planter completed a prompt: the re-sends after it are a new group. */
+  newGroup(): void {
+    this.group++;
+  }
+
+  count(kind: 'midStream' | 'resend' | 'midTransfer'): void {
+    if (kind !== 'resend') {
+      this.windows[kind]++;
+      return;
+    }
+    this.windows.resends++;
+    if (this.counted !== this.group) this.windows.resendGroups++;
+    this.counted = this.group;
+  }
+}
+
+function powerNotes(
+  power: Power,
+  w: AbortWindows,
+  n: { windows: number; attempts: number; missed: number; readersOk: number; readersSent: number; enough: number },
+): string[] {
+  const independent = independentWindows(w);
+  return [
+    `${n.windows} race window(s) exercised in ${n.attempts} attempt(s) (${n.missed} not counted: planter answered before the abort, or readers failed): ` +
+      `${w.midTransfer} mid-transfer, ${w.midStream} mid-stream, ${w.resends} re-send(s) in ${w.resendGroups} group(s); ` +
+      `windows that can show a transfer late write ${independent.transfer}, a host-copy race ${independent.copy} (a group of re-sends counted once); ` +
+      `${n.readersOk}/${n.readersSent} readers answered`,
+    power.basis === 'measured'
+      ? `power (measured, bench/race-calibration.json): a race fault firing on ≥${power.detectableRate * 100}% of its eligible events was caught in ≥${power.confidence} of runs of this workload (Wilson 95% lower bound)`
+      : `power (scaled from the measured workload of ${n.enough} windows, not measured at ${n.windows}): ≥${power.detectableRate * 100}% of eligible events, probability ${power.confidence}`,
+  ];
 }
