@@ -13,7 +13,7 @@
  * at a rate >= detectableRate must have a Wilson lower bound >= statedConfidence
  * (test/prober/race-calibration.test.ts holds the code to it).
  *
- *   npx tsx bench/race-calibration.ts [--runs N] [--parallel K] [--scale N] [--rows ID,...] [--default-runs] [--out FILE] [--resume]
+ *   npx tsx bench/race-calibration.ts [--runs N] [--parallel K] [--first-seed N] [--scale N] [--rows ID,...] [--default-runs] [--out FILE] [--resume]
  *
  * `--restate` rewrites only the rows' stated fields (statedConfidence, detectableRate, meetsStatedConfidence)
  * from the current statement, after race-power.ts was set from a finished run; the runs are left as measured.
@@ -28,7 +28,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEngine, type StartEngineOptions } from '../engine-under-test/src/index.js';
-import { ABORT_RACE_CONFIDENCE, ABORT_RACE_DETECTABLE_RATE } from '../prober/src/probe/scenarios/race-power.js';
+import { ABORT_RACE_CONFIDENCE, ABORT_RACE_DETECTABLE_RATE, ABORT_RACE_MEASURED_FAULTS } from '../prober/src/probe/scenarios/race-power.js';
 import { formatProportion, proportion } from './proportion.js';
 
 export const SCENARIO_NOTE =
@@ -176,15 +176,16 @@ interface FinishedRow {
 
 /**
  * What the finished rows support, per measured rate r: the smallest Wilson lower bound over the finished rows
- * at rates >= r, when every fault and free list has a finished row at a rate >= r (else nothing is claimed at r).
+ * at rates >= r, when each of `faults` has a finished row at a rate >= r on both free lists (else nothing is
+ * claimed at r).
  */
-export function supportedClaims(rows: readonly FinishedRow[]): { rate: number; confidence: number; rows: number }[] {
+export function supportedClaims(rows: readonly FinishedRow[], faults: readonly string[] = ['late-write', 'offload-release-race']): { rate: number; confidence: number; rows: number }[] {
   const finished = rows.filter((r) => r.complete);
   const rates = [...new Set(finished.map((r) => r.rate))].sort((a, b) => a - b);
   const claims = [];
   for (const rate of rates) {
     const at = finished.filter((r) => r.rate >= rate);
-    const covered = ['late-write', 'offload-release-race'].every((f) => ['fifo', 'lifo'].every((l) => at.some((r) => r.fault === f && r.freeList === l)));
+    const covered = faults.every((f) => ['fifo', 'lifo'].every((l) => at.some((r) => r.fault === f && r.freeList === l)));
     if (!covered) continue;
     const low = Math.min(...at.map((r) => proportion(r.caught, r.runs).low ?? 0));
     claims.push({ rate, confidence: Math.floor(low * 100) / 100, rows: at.length });
@@ -194,7 +195,8 @@ export function supportedClaims(rows: readonly FinishedRow[]): { rate: number; c
 
 /** `--restate`: the stated fields of every row from the current statement (race-power.ts); the runs stay as measured. */
 function restate(out: string): void {
-  const doc = JSON.parse(readFileSync(out, 'utf8')) as { rows: (FinishedRow & { statedConfidence: number; detectableRate: number; meetsStatedConfidence: boolean | null; recall: { low: number | null } })[] };
+  const doc = JSON.parse(readFileSync(out, 'utf8')) as { measuredFaults?: readonly string[]; rows: (FinishedRow & { statedConfidence: number; detectableRate: number; meetsStatedConfidence: boolean | null; recall: { low: number | null } })[] };
+  doc.measuredFaults = ABORT_RACE_MEASURED_FAULTS;
   for (const row of doc.rows) {
     row.statedConfidence = ABORT_RACE_CONFIDENCE;
     row.detectableRate = ABORT_RACE_DETECTABLE_RATE;
@@ -211,6 +213,8 @@ async function main(): Promise<void> {
   const runs = Number(arg('runs') ?? 30);
   const parallel = Number(arg('parallel') ?? 2);
   const defaultRuns = process.argv.includes('--default-runs');
+  /** Run i's fault seed is firstSeed + i: a second process on the same row takes other seeds. */
+  const firstSeed = Number(arg('first-seed') ?? 1);
   const wanted = arg('rows')?.split(',');
   const out = arg('out') ?? 'bench/race-calibration.json';
   const specs = rowSpecs(Number(arg('scale') ?? 64)).filter((r) => wanted === undefined || wanted.includes(r.id));
@@ -239,6 +243,7 @@ async function main(): Promise<void> {
       confidenceCheck: 'Wilson score 95% interval (two-sided): a row at a rate >= detectableRate meets the statement when its lower bound >= statedConfidence',
       runsPerRow: runs,
       plannedRows: specs.map((s) => s.id),
+      measuredFaults: ABORT_RACE_MEASURED_FAULTS,
       parallel,
       startedAt,
       measuredAt: new Date().toISOString(),
@@ -257,7 +262,7 @@ async function main(): Promise<void> {
   }
   const worker = async (): Promise<void> => {
     for (let job = queue.shift(); job !== undefined; job = queue.shift()) {
-      const r = await oneRun(job.spec, job.i + 1, defaultRuns);
+      const r = await oneRun(job.spec, firstSeed + job.i, defaultRuns);
       const list = records.get(job.spec.id)!;
       list.push(r);
       write();

@@ -106,6 +106,8 @@ export interface RaceCalibrationFigures {
   runsPerRow: number;
   /** Every row the bench was asked for (`id`s); those without a row here were not measured. */
   plannedRows?: string[];
+  /** The faults abort-race's statement names (race-power.ts ABORT_RACE_MEASURED_FAULTS). */
+  measuredFaults?: string[];
   parallel: number;
   startedAt: string;
   measuredAt: string;
@@ -142,7 +144,7 @@ export function raceCalibrationTable(d: RaceCalibrationFigures): string {
   const stated =
     first === undefined
       ? ''
-      : `abort-race states: a race fault firing on ≥${first.detectableRate} of its eligible events is caught in ≥${first.statedConfidence} of runs. `;
+      : `abort-race states: a race fault${d.measuredFaults === undefined ? '' : ` of the kind measured (${d.measuredFaults.map((f) => `\`${f}\``).join(', ')})`} firing on ≥${first.detectableRate} of its eligible events is caught in ≥${first.statedConfidence} of runs. `;
   const missing = (d.plannedRows ?? []).filter((id) => !d.rows.some((r) => r.id === id));
   const notMeasured = missing.length === 0 ? '' : `\nNot measured (the bench was stopped first): ${missing.map((id) => `\`${id}\``).join(', ')}.\n`;
   return (

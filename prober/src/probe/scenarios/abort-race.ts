@@ -38,7 +38,7 @@ import { exchange, sentBySelf, type Exchange } from './exchange.js';
 import { initialSizing, plant } from './planting.js';
 import { ResultBuilder } from './result-builder.js';
 import { clamp } from './clamp.js';
-import { ABORT_RACE_WINDOWS, abortRacePower, independentWindows, type AbortWindows } from './race-power.js';
+import { ABORT_RACE_MEASURED_FAULTS, ABORT_RACE_WINDOWS, abortRacePower, independentWindows, type AbortWindows } from './race-power.js';
 
 export const ABORT_RACE = 'abort-race';
 
@@ -236,7 +236,7 @@ function powerNotes(
       `windows that can show a transfer late write ${independent.transfer}, a host-copy race ${independent.copy} (a group of re-sends counted once); ` +
       `${n.readersOk}/${n.readersSent} readers answered`,
     power.basis === 'measured'
-      ? `power (measured, bench/race-calibration.json): a race fault firing on ≥${power.detectableRate * 100}% of its eligible events was caught in ≥${power.confidence} of runs of this workload (Wilson 95% lower bound)`
+      ? `power (measured on the bundled engine's ${ABORT_RACE_MEASURED_FAULTS.join(' and ')}, bench/race-calibration.json): such a race fault firing on ≥${power.detectableRate * 100}% of its eligible events was caught in ≥${power.confidence} of runs of this workload (Wilson 95% lower bound)`
       : `power (scaled from the measured workload of ${n.enough} windows, not measured at ${n.windows}): ≥${power.detectableRate * 100}% of eligible events, probability ${power.confidence}`,
   ];
 }
