@@ -48,7 +48,7 @@ describe('abort-race', () => {
     // Re-sends of one prompt count once; mid-stream windows cannot show a transfer late write.
     expect(r.power!.trials).toBe(Math.min(midTransfer + resendGroups, midStream + resendGroups));
     expect(r.power!.trials).toBeLessThan(counted);
-    expect(notes).toMatch(/power \(measured, bench\/race-calibration.json\)/);
+    expect(notes).toMatch(/power \(measured on the bundled engine.s late-write, bench\/race-calibration.json\)/);
   }, 120_000);
 
   it('short of the measured workload the confidence is scaled down by the share run, and says so', () => {
