@@ -12,7 +12,8 @@
  * reading and ends the response at once; the pages go back to the pool only when nothing can still write or
  * copy them: after prefill reports the room's transfer drained (`closed`/`transferred`), and after host
  * copies are done. The `late-write` fault releases at once despite a transfer in flight; the
- * `offload-release-race` fault releases at once despite host copies in flight. `deferred-release` parks such
+ * `offload-release-race` fault releases at once despite host copies in flight; each on a rated fraction of
+ * such releases, drawn once per request (`--fault-rate`). `deferred-release` parks such
  * pages until their leases are gone, whatever this protocol decided; `page-tags` checks every page's tag
  * before each read and fails the request closed on a mismatch.
  *
@@ -37,6 +38,7 @@ import { StatsBlock } from './stats-block.js';
 import { answerSync } from './sync-call.js';
 import { realTimers, type Timers } from './timers.js';
 import { reserveWithPrefix } from '../prefix-reservation.js';
+import { faultTrigger } from '../faults.js';
 
 type EndReason = 'length' | 'aborted' | 'error';
 
@@ -64,6 +66,9 @@ class DecodeSequence {
   sharedGens: Int32Array = new Int32Array(0);
   /** Prompt positions prefill was told to skip (shared or loaded from the host tier). */
   skipTokens = 0;
+  /** The race faults' draws for this request, made at its first eligible release (undefined: not yet). */
+  releaseDespiteTransfer: boolean | undefined;
+  releaseDespiteCopies: boolean | undefined;
 
   constructor(
     readonly id: number,
@@ -98,8 +103,9 @@ export class DecodeWorker {
   private readonly active: DecodeSequence[] = [];
   private readonly events: DecodeEvent[] = [];
   private readonly logits = new Float32Array(256);
-  private readonly releaseAtOnceDespiteTransfer: boolean;
-  private readonly releaseAtOnceDespiteCopies: boolean;
+  /** The race faults: whether this eligible release goes ahead at once (see faults.ts, faultTrigger). */
+  private readonly releaseAtOnceDespiteTransfer: () => boolean;
+  private readonly releaseAtOnceDespiteCopies: () => boolean;
   private readonly pageTags: boolean;
   private scheduled = false;
   private reclaimTimer = false;
@@ -143,8 +149,8 @@ export class DecodeWorker {
         if (read !== undefined) this.events.push({ k: 'foreign', reader, pages: read.pages, writers: read.writers });
       },
     });
-    this.releaseAtOnceDespiteTransfer = c.faults.includes('late-write');
-    this.releaseAtOnceDespiteCopies = c.faults.includes('offload-release-race');
+    this.releaseAtOnceDespiteTransfer = faultTrigger(c, 'late-write');
+    this.releaseAtOnceDespiteCopies = faultTrigger(c, 'offload-release-race');
     this.pageTags = c.defenses.includes('page-tags');
     if (this.disagg.hostOffload) {
       const capacityPages = Math.max(1, Math.floor(this.disagg.hostCacheTokens / c.pageSize));
@@ -405,8 +411,9 @@ export class DecodeWorker {
     if (table === undefined || table.released) return;
     const transferInFlight = seq.bootstrapped && !seq.transferClosed;
     const copiesInFlight = seq.loading || seq.writingBack;
-    if (transferInFlight && !this.releaseAtOnceDespiteTransfer) return;
-    if (copiesInFlight && !this.releaseAtOnceDespiteCopies) return;
+    // A request's first eligible release draws whether its fault fires; a later attempt keeps that draw.
+    if (transferInFlight && !(seq.releaseDespiteTransfer ??= this.releaseAtOnceDespiteTransfer())) return;
+    if (copiesInFlight && !(seq.releaseDespiteCopies ??= this.releaseAtOnceDespiteCopies())) return;
     this.pool.release(table);
     this.cache?.finished(seq.id);
     this.sequences.delete(seq.id);

@@ -15,7 +15,7 @@ import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { formatDuration, parseDuration } from './config.js';
 import { FINDING_KINDS, isFindingKind, plantedText } from '../probe/findings.js';
-import type { RunOutcome } from '../probe/result.js';
+import { describePower, type RunOutcome } from '../probe/result.js';
 import { targetVerdict, type TargetVerdict } from './target-verdict.js';
 import { freshnessMs } from './scenario-schedule.js';
 import type { ScheduleConfig } from './config.js';
@@ -366,7 +366,7 @@ function targetSection(t: ConfiguredTarget, latest: TargetLatest | undefined, he
   // Configured order first; a scenario with history but no longer configured follows.
   for (const s of scenarios) rows.set(s, `<tr><td>${escapeHtml(s)}</td><td>${badge('none')}</td><td></td><td></td></tr>`);
   for (const s of latest?.scenarios ?? []) {
-    const power = s.power === undefined ? [] : [`power: ${s.power.trials} race windows, a fault showing in ≥${Math.round(s.power.detectableRate * 100)}% of them caught with probability ${s.power.confidence.toFixed(3)}`];
+    const power = s.power === undefined ? [] : [describePower(s.power)];
     const reason = s.reason === undefined ? [] : [`cut short: ${s.reason}`];
     const notes = notesHtml([...reason, ...power], s.notes);
     const streak = s.outcome === 'inconclusive' ? ` <span class="streak">${s.inconclusiveStreak} in a row</span>` : '';

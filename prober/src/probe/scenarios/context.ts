@@ -31,7 +31,7 @@ export interface ProbeTuning {
    * @default the pool capacity when known (prefix-churn: plus 5%), else 4 planters (prefix-churn: the context limit)
    */
   plantTokens?: number;
-  /** abort-race race windows per cycle; a pass needs 29 (r = 0.1 at c = 0.95), so fewer cannot pass. @default 29 */
+  /** abort-race race windows per cycle; a pass needs 29, the workload whose power bench:race-calibration measured, so fewer cannot pass. @default 29 */
   abortRounds?: number;
   /** abort-race: fill most of the exposed KV pool with ballast generations so freed pages are reused at once. @default true */
   abortBallast?: boolean;
