@@ -29,7 +29,8 @@ import type { ProbeRun } from '../prober/src/probe/result.js';
 import { createScanner, type Scanner } from '../prober/src/probe/scanner.js';
 import { recordingScanner } from './recording-scanner.js';
 import { SCENARIO_NAMES } from '../prober/src/probe/scenarios/index.js';
-import { createInstallationRegistry, loadMarkerKey, persistPlantings } from '../prober/src/service/installation.js';
+import { loadMarkerKey } from '../prober/src/installation/marker-key.js';
+import { createInstallationRegistry, persistPlantings } from '../prober/src/installation/registry.js';
 import { openStore, type Store } from '../prober/src/service/store.js';
 import { proportion } from './proportion.js';
 

@@ -3,11 +3,11 @@
  * probe directly. The service never looks inside a probe: it schedules, bounds (time, tokens, concurrency)
  * and records what comes back.
  */
-import type { TargetConfig } from '../service/config.js';
+import type { ProbeTarget } from './probe-target.js';
 import type { ProbeRun } from './result.js';
 
 export interface ProbeRequest {
-  target: TargetConfig;
+  target: ProbeTarget;
   /** Scenario names to run this call (the scheduler passes one scenario per call; `run` may pass several). */
   scenarios: string[];
   runId: string;

@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import type { TargetConfig } from '../service/config.js';
+import type { ProbeTarget } from './probe-target.js';
 import type { MarkerEntry, MarkerRegistry } from './marker-registry.js';
 import type { ProbeFn, ProbeRequest } from './probe-fn.js';
 import { combineOutcomes, type ProbeRun, type ScenarioResult } from './result.js';
@@ -150,7 +150,7 @@ function readKeyFileNow(file: string): string | undefined {
   }
 }
 
-function buildTenants(target: TargetConfig, env: Record<string, string | undefined>, timeoutMs: number, signal: AbortSignal, liveness: Liveness,
+function buildTenants(target: ProbeTarget, env: Record<string, string | undefined>, timeoutMs: number, signal: AbortSignal, liveness: Liveness,
   readKeyFile: (file: string) => string | undefined): Tenant[] {
   const keyOf = (name: string | undefined, file?: string): string | undefined =>
     (file !== undefined ? readKeyFile(file) : name === undefined ? undefined : env[name] || undefined);
