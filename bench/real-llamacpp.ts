@@ -170,7 +170,7 @@ const figures: RealLlamaFigures = {
   loadAverage: { start: loadavg()[0]!, end: loadavg()[0]! },
   threads: 1,
   ...(bundledCopyFidelity() !== undefined ? { bundled: bundledCopyFidelity() } : {}),
-  prefill: wanted === undefined || wanted.includes('prefill') ? await measurePrefill() : previous!.prefill,
+  prefill: wanted === undefined || wanted.includes('prefill') || previous === undefined ? await measurePrefill() : previous.prefill,
   rows: [...(previous?.rows ?? [])],
 };
 process.stderr.write(`copier prefill: ${figures.prefill.tokens} tokens in ${figures.prefill.ms} ms at -t 1\n`);
