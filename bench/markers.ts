@@ -110,7 +110,7 @@ async function recall(installation: boolean, dir: string): Promise<RecallRow> {
       for (const f of leaks) {
         row.leakFindings++;
         const p = f.evidence.planted;
-        const req = p === undefined ? undefined : sent.get(p.runId)?.get(p.requestId);
+        const req = p?.runId === undefined || p.requestId === undefined ? undefined : sent.get(p.runId)?.get(p.requestId);
         const by = p?.runId === runId ? 'this-run' : 'earlier-run';
         if (p !== undefined && req !== undefined && req.role === p.role && req.tenant === p.tenant && p.by === by) row.attributionCorrect++;
       }

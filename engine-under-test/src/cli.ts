@@ -4,6 +4,7 @@
  * Exit codes: 0 clean stop, 64 bad usage (the message names the flag), 70 failed to start.
  */
 import { parseArgs } from 'node:util';
+import { ATTENTION_MODES, type AttentionMode } from './attention/kernel.js';
 import { EngineConfigError } from './config.js';
 import { DEFENSES } from './defenses.js';
 import { FAULTS } from './faults.js';
@@ -42,6 +43,9 @@ ${Object.values(PRESETS)
   --model-ngram N        tokens of context the copy head matches on, 1-64 (default 8; shorter copies less faithfully)
   --model-beta X         attention sharpness, > 0 (default 20; lower is flatter attention)
                          sampling temperature comes from each request (\`temperature\`, 0 = greedy)
+  --attention MODE       full | skip (default full); skip keeps every admission, page and accounting
+                         decision and skips the attention arithmetic: for measuring cost at full scale,
+                         never detection (generation copies nothing)
   --host HOST            default 127.0.0.1
   --port P               default 0 (a free port)
   -h, --help
@@ -84,6 +88,7 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
         'model-id': { type: 'string' },
         'model-ngram': { type: 'string' },
         'model-beta': { type: 'string' },
+        attention: { type: 'string' },
         host: { type: 'string' },
         port: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
@@ -119,6 +124,10 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
   if (beta !== undefined && !(/^\d+(\.\d+)?$/.test(beta) && Number(beta) > 0 && Number(beta) <= 1000)) {
     throw new UsageError(`--model-beta must be a number in (0, 1000], got '${beta}'`);
   }
+  const attention = v.attention;
+  if (attention !== undefined && !(ATTENTION_MODES as readonly string[]).includes(attention)) {
+    throw new UsageError(`--attention must be one of ${ATTENTION_MODES.join(', ')}, got '${attention}'`);
+  }
   const ngram = positiveInt('model-ngram', v['model-ngram'], 1, 64);
   const model = { ...(ngram !== undefined ? { ngram } : {}), ...(beta !== undefined ? { beta: Number(beta) } : {}) };
   const options: StartEngineOptions = {
@@ -132,6 +141,7 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
     ...(v['no-prefix-cache'] === true ? { prefixCache: false } : {}),
     ...(v['model-id'] !== undefined ? { modelId: v['model-id'] } : {}),
     ...(Object.keys(model).length > 0 ? { model } : {}),
+    ...(attention !== undefined ? { attention: attention as AttentionMode } : {}),
     ...(v.host !== undefined ? { host: v.host } : {}),
   };
   const ints: [keyof StartEngineOptions, string, number?, number?][] = [

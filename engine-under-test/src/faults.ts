@@ -11,6 +11,7 @@ export const FAULTS = [
   'prefix-cache-ignores-salt',
   'weak-prefix-hash',
   'prompt-cache-restore-race',
+  'host-tier-ignores-salt',
 ] as const;
 export type FaultName = (typeof FAULTS)[number];
 
@@ -35,6 +36,10 @@ export const FAULT_DESCRIPTIONS: Readonly<Record<FaultName, string>> = {
   'prompt-cache-restore-race':
     'a prefix-cache entry is not dropped when its page is handed to another request (llama.cpp #27148): a ' +
     'request with the entry\'s prefix restores pages another request is using or has just written',
+  'host-tier-ignores-salt':
+    'the host-offload tier keys and looks up pages without `cache_salt` while the device prefix cache honours it ' +
+    '(SGLang HiCache, PR #37058: "tenant-A wrote 25100 pages, tenant-B read all of them back"): another tenant misses ' +
+    'on the device cache and loads the first tenant\'s pages from host memory; turns the tier on, with the prefix cache',
 };
 
 /** The faults that live in the prefix cache (single-node mode). */

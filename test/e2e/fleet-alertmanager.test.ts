@@ -9,6 +9,7 @@
  * on the incident engine arrives as ONE notification naming that replica; nothing arrives for the clean ones;
  * an address removed from the list stops being probed without a restart.
  */
+import { scratchHome } from '../helpers/cli.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -31,7 +32,7 @@ interface Notification {
 
 /** Spawns `node bin/kvcanary.js ARGS` and resolves with the first http URL it prints on stdout. */
 function spawnWithUrl(args: string[], procs: ChildProcess[]): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: scratchHome() } });
   procs.push(child);
   let err = '';
   child.stderr!.on('data', (c: Buffer) => { err = (err + c.toString()).slice(-4000); });

@@ -5,6 +5,7 @@
  * pass `promtool check metrics`, findings must be printed for the incident engine only, and SIGTERM must
  * drain and exit 0.
  */
+import { scratchHome } from '../helpers/cli.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -44,7 +45,7 @@ targets:
     base_url: ${engines[1]!.url}/v1
 `,
     );
-    serve = spawn(process.execPath, [BIN, 'serve', '--config', config, '--listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    serve = spawn(process.execPath, [BIN, 'serve', '--config', config, '--listen', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: scratchHome() } });
     serve.stderr!.resume();
     serveUrl = await new Promise<string>((resolve, reject) => {
       const t = setTimeout(() => reject(new Error(`serve printed no URL: ${stdout}`)), 20_000);

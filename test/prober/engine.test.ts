@@ -100,16 +100,20 @@ describe('prefix-isolation against the bundled engine', () => {
     expect(code).toBe(2); // nothing applicable was run: not a pass
   }, 120_000);
 
-  it('hardened: pass (the same-tenant control showed reuse, the other tenant none)', async () => {
+  it('hardened: pass (the same-tenant control showed reuse, the other tenant none); alone it is no run pass (partial, exit 2)', async () => {
     const { code, doc } = await run({ preset: 'hardened' });
     expect(doc.findings).toEqual([]);
-    expect(code).toBe(0);
+    expect(doc.scenarios[0]?.outcome).toBe('pass');
+    // The overall rule: without a behavioural scenario the run establishes no isolation.
+    expect({ outcome: doc.outcome, code }).toEqual({ outcome: 'partial', code: 2 });
   }, 120_000);
 
   it('caching off: not-applicable with the evidence, never a pass', async () => {
     const { code, doc } = await run({ preset: 'hardened', prefixCache: false });
-    expect(doc.scenarios[0]?.outcome).toBe('not-applicable');
-    expect(doc.outcome).toBe('not-applicable');
+    const s = doc.scenarios[0] as { outcome?: string; reason?: string; notes?: string[] } | undefined;
+    // Absence needs a timing test powered to see a hit: on a loaded host it may not be, and then it says so.
+    if (s?.outcome === 'not-applicable') expect((s.notes ?? []).join('\n')).toMatch(/no prefix reuse detectable \(a saving >= \d+% would have shown with probability 0\.95/);
+    else expect({ outcome: s?.outcome, reason: s?.reason }).toEqual({ outcome: 'inconclusive', reason: 'power' });
     expect(code).toBe(2);
   }, 120_000);
 });
@@ -143,7 +147,8 @@ describe('prefix-collision against the bundled engine', () => {
     for (const options of [{ preset: 'single', faults: ['weak-prefix-hash'], defenses: ['strong-prefix-hash'] }, { preset: 'single' }]) {
       const { code, doc } = await run(options);
       expect(doc.findings).toEqual([]);
-      expect(code).toBe(0);
+      expect(doc.scenarios[0]?.outcome).toBe('pass');
+      expect({ outcome: doc.outcome, code }).toEqual({ outcome: 'partial', code: 2 });
       await engine?.close();
       engine = undefined;
     }

@@ -49,7 +49,7 @@ describe('kvcanary init', () => {
     expect(w.code).toBe(0);
     const check = await runCli(['check-config', file]);
     expect(check.code, check.stderr).toBe(0);
-    expect(check.stdout).toMatch(/less often: .*overlimit-handoff every 1h/);
+    expect(check.stdout).toMatch(/less often: .*overlimit-handoff every 6h/);
     expect((await runCli(['init', file])).code).toBe(64);
 
     const text = readFileSync(file, 'utf8');

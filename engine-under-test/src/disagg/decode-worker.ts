@@ -22,6 +22,7 @@
  * once prefill reports them landed. Under `page-tags`, a shared page is checked against the generation it
  * had when it was shared (it is SHARED, not the reader's), the rest as before.
  */
+import type { KernelName } from '../attention/kernel.js';
 import type { MessagePort } from 'node:worker_threads';
 import type { DisaggregatedConfig, EngineConfig } from '../config.js';
 import { KvMemory } from '../kv-memory.js';
@@ -134,6 +135,7 @@ export class DecodeWorker {
     this.model = new InductionModel(memory, {
       config: c.model,
       kernel: c.kernel,
+      attention: c.attention,
       fenceReads: true,
       onForeignRead: (reader, r) => {
         // A same-tenant read of a page cached for the same tokens is the cache working, not a leak.
@@ -146,7 +148,8 @@ export class DecodeWorker {
     this.pageTags = c.defenses.includes('page-tags');
     if (this.disagg.hostOffload) {
       const capacityPages = Math.max(1, Math.floor(this.disagg.hostCacheTokens / c.pageSize));
-      this.tier = new HostTier(c.pageSize, capacityPages);
+      const ignore = c.faults.includes('host-tier-ignores-salt');
+      this.tier = new HostTier(c.pageSize, capacityPages, { ignore, check: !ignore || c.defenses.includes('salted-host-tier') });
       this.copies = new HostCopies(
         memory,
         this.tier,
@@ -267,13 +270,12 @@ export class DecodeWorker {
       const pages = table.pages.slice();
       const gens = pages.map((p) => this.pool.memory.generation[p] as number);
       seq.sharedGens = gens.slice(0, shared.length);
-      if (this.cache !== undefined && seq.prefix !== undefined) {
-        this.cache.borrowed(seq.id, seq.prefix, shared);
-        this.events.push({ k: 'cached', id: seq.id, tokens: shared.length * P });
-      }
+      if (this.cache !== undefined && seq.prefix !== undefined) this.cache.borrowed(seq.id, seq.prefix, shared);
       // A prefix hit in the host tier (when the cache had none): those pages are loaded, prefill starts after
       // them (at least one token is transferred).
       const hits = shared.length > 0 ? [] : (this.tier?.lookup(seq.tokens, Math.floor((seq.promptLength - 1) / P), seq.cacheSalt) ?? []);
+      // Cached tokens count both paths: shared pages and pages loaded from the host tier.
+      if ((this.cache !== undefined && seq.prefix !== undefined) || this.tier !== undefined) this.events.push({ k: 'cached', id: seq.id, tokens: (shared.length + hits.length) * P });
       const skipTokens = (shared.length + hits.length) * P;
       seq.skipTokens = skipTokens;
       const leases = this.pool.memory.leases;
@@ -410,7 +412,7 @@ export class DecodeWorker {
     this.sequences.delete(seq.id);
   }
 
-  get kernel(): 'wasm-simd' | 'js' {
+  get kernel(): KernelName {
     return this.model.kernel.name;
   }
 
@@ -448,6 +450,7 @@ export class DecodeWorker {
     s.set('hostPagesWrittenBack', c?.pagesWrittenBack ?? 0);
     s.set('hostPagesLoaded', c?.pagesLoaded ?? 0);
     s.set('hostHitPages', this.hitPages);
+    s.set('hostBlockedSalt', this.tier?.saltRefusals ?? 0);
     const pc = this.cache?.stats();
     s.set('prefixEntries', pc?.entries ?? 0);
     s.set('prefixHitRequests', pc?.hitRequests ?? 0);

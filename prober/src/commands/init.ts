@@ -36,7 +36,7 @@ schedule:
 ${tiers}
 
 budget:
-  tokens_per_hour: 2000000        # per target; a cycle that would not fit is skipped and counted
+  tokens_per_hour: auto           # per target; auto: from the tiers and the endpoint's advertised sizes
 concurrency:
   global: 4
   per_target: 2

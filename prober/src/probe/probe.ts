@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import type { ProbeTarget } from './probe-target.js';
 import type { MarkerEntry, MarkerRegistry } from './marker-registry.js';
-import type { ProbeFn, ProbeRequest } from './probe-fn.js';
+import { AUTO_BUDGET_FALLBACK, type BudgetReserve, type ProbeFn, type ProbeRequest } from './probe-fn.js';
 import { combineOutcomes, type ProbeRun, type ScenarioResult } from './result.js';
 import type { Scanner } from './scanner.js';
 import type { ProbeTuning, ScenarioContext, Tenant, TokenBudget } from './scenarios/context.js';
@@ -19,6 +19,7 @@ import { DEAD_AFTER_FAILURES, MAX_PROBE_RESPONSE_BYTES } from '../bounds.js';
 import { createRedactor, targetSecrets } from './redactor.js';
 import { cutOf, cutSkipped, markCut, RunCut } from './run-cut.js';
 import { createLiveness, WatchedTargetClient, type Liveness } from './target/watched-client.js';
+import { runBudget } from './scenarios/cost.js';
 
 export interface ProbeDeps {
   registry: MarkerRegistry;
@@ -88,7 +89,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         registry: deps.registry,
         scanner: deps.scanner,
         signal: cycle.signal,
-        budget: tokenBudget(req.tokenBudget),
+        budget: tokenBudget(req.tokenBudget === 'auto' ? runBudget(req.scenarios, introspection, tuning, AUTO_BUDGET_FALLBACK) : req.tokenBudget, req.moreBudget),
         tuning,
         calibration: { tried: false },
         prefixReuse: {},
@@ -132,6 +133,8 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         ...(introspection.contextTokens !== undefined ? { contextTokens: introspection.contextTokens } : {}),
         ...(introspection.poolTokens !== undefined ? { poolTokens: introspection.poolTokens } : {}),
         ...(introspection.pageSize !== undefined ? { pageSize: introspection.pageSize } : {}),
+        ...(introspection.reservationPoolTokens !== undefined ? { reservationPoolTokens: introspection.reservationPoolTokens } : {}),
+        ...(introspection.largestPoolTokens !== undefined ? { largestPoolTokens: introspection.largestPoolTokens } : {}),
       },
       up: introspection.reachable,
     } satisfies ProbeRun);
@@ -173,12 +176,18 @@ function buildTenants(target: ProbeTarget, env: Record<string, string | undefine
     t.cacheSalt !== undefined ? { cache_salt: t.cacheSalt } : {}));
 }
 
-function tokenBudget(limit: number): TokenBudget {
+/** The probe's budget: its grant, topped up from `more` (the scheduler's spare tokens) when a spend would pass it. */
+function tokenBudget(grant: number, more?: BudgetReserve): TokenBudget {
+  let limit = grant;
   let spent = 0;
   return {
-    remaining: () => Math.max(0, limit - spent),
+    remaining: () => Math.max(0, limit - spent) + Math.max(0, more?.spare() ?? 0),
     spend(tokens) {
-      if (spent + tokens > limit) return false;
+      const over = spent + tokens - limit;
+      if (over > 0) {
+        if (more === undefined || !more.take(over)) return false;
+        limit += over;
+      }
       spent += tokens;
       return true;
     },

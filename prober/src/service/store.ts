@@ -35,7 +35,7 @@
  */
 import type { Finding, Evidence, FindingKind, Severity } from '../probe/findings.js';
 import type { PlantingRow } from '../probe/marker-registry.js';
-import type { InconclusiveReason, Outcome, Power, ProbeRun } from '../probe/result.js';
+import type { InconclusiveReason, Outcome, Power, ProbeRun, RunOutcome } from '../probe/result.js';
 import type { Silence } from './silences.js';
 import { openDatabase } from './store/database.js';
 import { StoreError } from './store/error.js';
@@ -83,7 +83,8 @@ export interface RunSummary {
   model: string;
   startedAt: string;
   finishedAt: string;
-  outcome: Outcome;
+  /** By the overall rule, from the stored scenario outcomes (a cheap-only cycle an older version stored as pass reads partial). */
+  outcome: RunOutcome;
   up: boolean;
   capacity: ProbeRun['capacity'];
   scenarios: ScenarioSummary[];

@@ -89,7 +89,10 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   const readerReserve = readerEstimate + maxTokens;
   const readersPerWindow = clamp(Math.ceil((planterReserve + slack) / readerReserve) + 1, 4, 64);
   const admit = Math.min(bound, ctx.introspection.maxInputTokens ?? Infinity);
-  const ballast = holdBallast(ctx, { tokens: ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex) });
+  const ballast = holdBallast(ctx, {
+    tokens: ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex),
+    ...(ctx.tuning.ballastHold !== undefined ? { hold: ctx.tuning.ballastHold } : {}),
+  });
   out.note(
     `window: 1 planter of ~${planterTokens} tokens aborted in flight (mid-transfer, mid-stream, or re-sent), then ${readersPerWindow} readers of ~${readerEstimate} tokens` +
       (ballastTokens > 0 ? `; ballast ~${ballastTokens} tokens in ${ballast.pieces} request(s) (reservation pool ${reservationPool})` : '; no ballast (pool not exposed)'),

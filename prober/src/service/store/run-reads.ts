@@ -4,7 +4,7 @@
  */
 import type Database from 'better-sqlite3';
 import type { Evidence, FindingKind, Severity } from '../../probe/findings.js';
-import type { InconclusiveReason, Power, ProbeRun } from '../../probe/result.js';
+import { combineOutcomes, type InconclusiveReason, type Power, type ProbeRun } from '../../probe/result.js';
 import type { RunSummary, ScenarioSummary, SkipSummary, StoredFinding, TargetLatest, TokenSpend } from '../store.js';
 import type { FindingRow, RunRow, ScenarioRow } from './rows.js';
 import { iso } from './values.js';
@@ -32,12 +32,16 @@ function scenariosOf(db: Database.Database, runIds: string[]): Map<string, Scena
 
 function toSummaries(db: Database.Database, rows: RunRow[]): RunSummary[] {
   const scen = scenariosOf(db, rows.map((r) => r.run_id));
-  return rows.map((r) => ({
-    runId: r.run_id, target: r.target, baseUrl: r.base_url, model: r.model, startedAt: r.started_at,
-    finishedAt: r.finished_at, outcome: r.outcome, up: r.up === 1,
-    capacity: JSON.parse(r.capacity) as ProbeRun['capacity'], scenarios: scen.get(r.run_id) ?? [],
-    findingCount: r.finding_count,
-  }));
+  return rows.map((r) => {
+    // The overall rule, applied to what was stored: older versions stored a cycle of cheap checks as pass.
+    const scenarios = scen.get(r.run_id) ?? [];
+    return {
+      runId: r.run_id, target: r.target, baseUrl: r.base_url, model: r.model, startedAt: r.started_at,
+      finishedAt: r.finished_at, outcome: scenarios.length > 0 ? combineOutcomes(scenarios) : r.outcome, up: r.up === 1,
+      capacity: JSON.parse(r.capacity) as ProbeRun['capacity'], scenarios,
+      findingCount: r.finding_count,
+    };
+  });
 }
 
 export function createRunReads(db: Database.Database) {

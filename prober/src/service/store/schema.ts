@@ -181,6 +181,29 @@ const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX skips_at ON skips (at);
     `,
   },
+  {
+    version: 6,
+    name: 'partial run outcome (every applicable scenario passed, no behavioural one among them)',
+    // SQLite cannot alter a CHECK constraint: rebuild runs (migrate() runs with foreign keys off).
+    sql: `
+      CREATE TABLE runs_v6 (
+        run_id      TEXT PRIMARY KEY,
+        target      TEXT NOT NULL,
+        base_url    TEXT NOT NULL,
+        model       TEXT NOT NULL,
+        started_at  TEXT NOT NULL,
+        finished_at TEXT NOT NULL,
+        outcome     TEXT NOT NULL CHECK (outcome IN ('pass', 'fail', 'inconclusive', 'not-applicable', 'partial')),
+        up          INTEGER NOT NULL,
+        capacity    TEXT NOT NULL
+      );
+      INSERT INTO runs_v6 SELECT run_id, target, base_url, model, started_at, finished_at, outcome, up, capacity FROM runs;
+      DROP TABLE runs;
+      ALTER TABLE runs_v6 RENAME TO runs;
+      CREATE INDEX runs_target_started ON runs (target, started_at);
+      CREATE INDEX runs_started ON runs (started_at);
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
