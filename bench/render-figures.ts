@@ -11,6 +11,7 @@ import { markedBlock, measuredHeadline, prefixFaultTable, sizingTable, timingPar
 import type { BenchReport } from './report.js';
 import { fullScaleTable, type FullScaleFigures } from './full-scale-figures.js';
 import { defaultRunsTable, raceCalibrationTable, raceTable, type DefaultRunFigures, type RaceCalibrationFigures, type RaceFigures } from './race-figures.js';
+import { realLlamaTable, type RealLlamaFigures } from './real-llamacpp-figures.js';
 
 export interface FigureBlock {
   /** Repository-relative document holding the block. */
@@ -28,6 +29,7 @@ export const FIGURE_BLOCKS: readonly FigureBlock[] = [
   { doc: 'README.md', name: 'races', source: 'bench/races-fresh.json', render: (j) => raceTable(j as RaceFigures) },
   { doc: 'README.md', name: 'race-calibration', source: 'bench/race-calibration.json', render: (j) => raceCalibrationTable(j as RaceCalibrationFigures) },
   { doc: 'README.md', name: 'default-runs', source: 'bench/default-runs.json', render: (j) => defaultRunsTable(j as DefaultRunFigures) },
+  { doc: 'README.md', name: 'real-llamacpp', source: 'bench/real-llamacpp.json', render: (j) => realLlamaTable(j as RealLlamaFigures) },
   { doc: 'README.md', name: 'sizing', source: 'bench/scale.json', render: (j) => sizingTable(j as ScaleFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-ttft', source: 'engine-under-test/bench/results/prefix-ttft.json', render: (j) => ttftSentence(j as TtftFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-fault-rates', source: 'engine-under-test/bench/results/prefix-fault-rates.json', render: (j) => prefixFaultTable(j as PrefixFaultFigures) },

@@ -110,6 +110,12 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   let cut: 'budget' | 'deadline' | undefined;
   const maxAttempts = wanted * 2 + 4;
   let complete: { prompt: string; sent: string[]; estimate: number } | undefined;
+  // Re-sends abort at fractions of the fastest re-send seen answering (a prompt served from a cache answers
+  // far sooner than it prefills). Re-sends that still answer before their abort cannot exercise a load race:
+  // after two in a row the re-send phases give way to fresh planters.
+  let resendTtft: number | undefined;
+  let resendsAnswered = 0;
+  let resendsReplaced = 0;
   try {
     await ballast.ensure();
     // An identical planter, not aborted: its time to first token spans its prefill and transfer.
@@ -128,12 +134,13 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
       // prefill and transfer) is still landing.
       const phase = PHASES[attempts % PHASES.length]!;
       const midStream = phase === 'mid-stream';
-      const resend = phase === 'resend' ? complete : undefined;
+      const resend = phase === 'resend' && resendsAnswered < 2 ? complete : undefined;
+      if (phase === 'resend' && complete !== undefined && resend === undefined) resendsReplaced++;
       if (phase !== 'resend') complete = undefined;
       const abortAfter: AbortAfter = midStream
         ? { chars: 1 + (attempts % 12) }
         : resend !== undefined && ttft !== undefined
-          ? { ms: Math.max(1, Math.round(ttft * RESEND_FRACTIONS[attempts % RESEND_FRACTIONS.length]!)) }
+          ? { ms: Math.max(1, Math.round(Math.min(ttft, resendTtft ?? ttft) * RESEND_FRACTIONS[attempts % RESEND_FRACTIONS.length]!)) }
           : ttft === undefined
           ? { ms: FALLBACK_MS[attempts % FALLBACK_MS.length]! }
           : { ms: Math.max(1, Math.round(ttft * ABORT_FRACTIONS[attempts % ABORT_FRACTIONS.length]!)) };
@@ -142,6 +149,9 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
       if (resend !== undefined) {
         ex = await exchange(ctx, { role: 'planter', prompt: resend.prompt, promptTokens: resend.estimate, maxTokens, stream: true, abortAfter });
         if (ex !== undefined) ex = sentBySelf(ex, resend.sent);
+        const answeredIn = ex !== undefined && ex.result.generatedChars > 0 ? ex.result.ttftMs : undefined;
+        if (answeredIn !== undefined) resendTtft = Math.min(resendTtft ?? Infinity, answeredIn);
+        resendsAnswered = answeredIn !== undefined ? resendsAnswered + 1 : 0;
       } else {
         const planted = await plant(ctx, sizing, { tokens: planterTokens, maxTokens, stream: true, abortAfter });
         ex = planted.ex;
@@ -187,6 +197,12 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   }
   out.power = abortRacePower(windows, tally.windows);
   for (const line of powerNotes(out.power, tally.windows, { windows, attempts, missed, readersOk, readersSent, enough })) out.note(line);
+  if (resendTtft !== undefined) {
+    out.note(
+      `re-sent planters answered in ${Math.round(resendTtft)} ms at the fastest (served from a cache): their aborts moved to fractions of that` +
+        (resendsReplaced > 0 ? `; still answered before the abort twice in a row, so ${resendsReplaced} re-send(s) gave way to fresh planters` : ''),
+    );
+  }
   if (out.findings.length > 0) return out.finish('inconclusive'); // fail: findings decide
   if (cut !== undefined) {
     out.note(cut === 'budget' ? 'cut short by the token budget: isolation not established (not the endpoint\'s fault)' : 'cut short by the cycle deadline');
