@@ -30,3 +30,21 @@ export function shownString(value: string): string {
   if (value.length > 60 || couldBeKey(value)) return `a value of ${value.length} characters (not shown: it may be a key)`;
   return JSON.stringify(oneLine(value));
 }
+
+/**
+ * A file path as an error message may show it: quoted, control characters removed, if no part of it could
+ * be a key (a key pasted into `api_key_file:` or `--junit` is a "path" too) and it is of a sane length.
+ */
+export function shownPath(value: string): string {
+  const parts = value.split(/[/\\]/);
+  if (value.length > 240 || parts.some((p) => couldBeKey(p)) || /[\u0000-\u001f\u007f-\u009f]/.test(value)) {
+    return `a path of ${value.length} characters (not shown: it may hold a key or control characters)`;
+  }
+  return JSON.stringify(oneLine(value));
+}
+
+/** A mapping key (header or tenant name, an unknown config key) for a field path: itself if plainly a name. */
+export function shownKey(key: string): string {
+  if (/^[A-Za-z0-9_.:*/-]{1,64}$/.test(key) && !couldBeKey(key)) return key;
+  return `<a key of ${key.length} characters, not shown>`;
+}

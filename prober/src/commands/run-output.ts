@@ -7,6 +7,7 @@ import { EXIT, type ExitCode } from '../exit-codes.js';
 import { atLeast, FINDING_KINDS, type Finding, type Severity } from '../probe/findings.js';
 import { combineOutcomes, type Outcome, type ProbeRun, type ScenarioResult } from '../probe/result.js';
 import { silenceOf, type Silence } from '../service/silences.js';
+import { oneLine } from '../terminal-text.js';
 
 /** Findings that gate: at or above `failOn` and not acknowledged by a silence. */
 function gating(s: ScenarioResult, failOn: Severity): Finding[] {
@@ -91,7 +92,8 @@ export function summaryTable(run: ProbeRun): string {
   for (const [kind, { n, acked }] of kinds) {
     const ackedN = [...acked.values()].reduce((a, b) => a + b, 0);
     lines.push(`finding ${kind} ×${n} [${FINDING_KINDS[kind].severity}]${ackedN > 0 ? ` (${ackedN} acknowledged)` : ''}`);
-    for (const [by, m] of acked) lines.push(`  ACKNOWLEDGED ×${m}: ${by}`);
+    // A silence's reason is the operator's text: one line, whatever an older store holds.
+    for (const [by, m] of acked) lines.push(`  ACKNOWLEDGED ×${m}: ${oneLine(by)}`);
     lines.push(`  what to do: ${FINDING_KINDS[kind].remediation}`);
   }
   for (const s of run.scenarios.filter((x) => x.outcome === 'not-applicable' || x.outcome === 'inconclusive')) {

@@ -12,17 +12,17 @@ import { runProbe } from '../probe/probe.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { parseBaseUrl } from '../probe/target/base-url.js';
-import { InstallationError, createInstallationRegistry, persistPlantings, runStorePath } from '../service/installation.js';
+import { InstallationError, createInstallationRegistry, markerKeyPath, persistPlantings, runStorePath } from '../service/installation.js';
 import { applySilences } from '../service/silences.js';
 import { openStore } from '../service/store.js';
 import { runSilences } from './run-silences.js';
-import { writeFileSync } from 'node:fs';
+import { checkOutputFile, writeOutputFile, type OutputFileRules } from './output-file.js';
 import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from './run-output.js';
 import { RunCut } from '../probe/run-cut.js';
 import { forTerminal, oneLine } from '../terminal-text.js';
 import { UsageError, durationFlag, headerFlags, parseArgsMessage, positiveIntFlag } from './usage.js';
 import { DEFAULT_RUN_DEADLINE_MS, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS } from '../bounds.js';
-import { shownString } from '../shown-value.js';
+import { shownPath, shownString } from '../shown-value.js';
 
 export const RUN_USAGE = `usage: kvcanary run --target URL [options]
 
@@ -43,7 +43,8 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --json                  print one JSON document on stdout
   --fail-on SEVERITY      exit 1 only for a finding at or above it: critical, high, warning (default), info;
                           every finding is still listed
-  --junit FILE            also write a JUnit XML report (a testcase per scenario) to FILE
+  --junit FILE            also write a JUnit XML report (a testcase per scenario) to FILE: a new file or an
+                          earlier XML report, checked before the run (never a link, the store or the key)
   --store FILE            where plantings and this run are recorded, so later runs attribute its markers
                           (default $KVCANARY_HOME/runs.sqlite, ~/.config/kvcanary/runs.sqlite; may be the
                           file \`serve\` writes); silences acknowledged in it (\`kvcanary ack --store FILE\`) apply
@@ -77,7 +78,10 @@ export async function runMain(args: string[]): Promise<number> {
   const config: ServiceConfig | undefined = opts.config === undefined ? undefined
     : await loadConfig(opts.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
   // The installation's key and store: markers planted by earlier runs decrypt and are attributed to them.
-  const store = openStore({ path: opts.store ?? runStorePath(), retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
+  const storePath = opts.store ?? runStorePath();
+  // A --junit path that cannot be written is found now, not after the whole run (the verdict would be lost).
+  if (opts.junit !== undefined) checkOutputFile(opts.junit, junitRules(storePath));
+  const store = openStore({ path: storePath, retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
   let registry;
   try {
     store.prune(Date.now());
@@ -123,9 +127,10 @@ export async function runMain(args: string[]): Promise<number> {
     if (opts.json) process.stdout.write(JSON.stringify(toJson(run, silences), null, 2) + '\n');
     if (opts.junit !== undefined) {
       try {
-        writeFileSync(opts.junit, toJunit(run, opts.failOn));
+        writeOutputFile(opts.junit, toJunit(run, opts.failOn), junitRules(storePath));
       } catch (err) {
-        throw new UsageError(`--junit: cannot write ${opts.junit} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+        if (err instanceof UsageError) throw err;
+        throw new UsageError(`--junit: cannot write ${shownPath(opts.junit)} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
       }
     }
     return exitCodeFor(run, opts.failOn);
@@ -135,6 +140,19 @@ export async function runMain(args: string[]): Promise<number> {
     process.off('SIGTERM', stop);
     store.close();
   }
+}
+
+/**
+ * `--junit FILE`: a new file, or a JUnit report an earlier run wrote (an XML file) replaced; never the store,
+ * the marker key, a link, a FIFO or a device, and never anything else that exists (a typo must not eat a file).
+ */
+function junitRules(storePath: string): OutputFileRules {
+  return {
+    what: '--junit',
+    overwrite: (head) => head === '' || head.trimStart().startsWith('<?xml') || head.trimStart().startsWith('<testsuites'),
+    existsHint: 'exists and is not an XML report: refusing to overwrite it',
+    protect: [{ file: storePath, what: "kvcanary's evidence store" }, { file: markerKeyPath(), what: "the installation's marker key" }],
+  };
 }
 
 /** Plantings older than this are pruned from `run`'s store (the service's default retention). */
