@@ -13,7 +13,9 @@ export function couldBeKey(s: string): boolean {
   if (/:\/\/[^/\s]*@/.test(s)) return true;  // user:password@host
   if (/\b(?:Bearer|Basic)\s/i.test(s)) return true;
   // A long unbroken run of token characters holding digits (words and paths rarely do).
-  return /[A-Za-z0-9_+/=.~-]{20,}/.test(s) && /\d/.test(s) && /[A-Za-z]/.test(s);
+  if (/[A-Za-z0-9_+/=.~-]{20,}/.test(s) && /\d/.test(s) && /[A-Za-z]/.test(s)) return true;
+  // A long run of mixed-case token characters (a key without digits); lower-case words-with-dashes are not.
+  return /[A-Za-z0-9_+=~-]{24,}/.test(s) && /[A-Z]/.test(s) && /[a-z]/.test(s);
 }
 
 /** A value for an error message: a short harmless string in quotes; anything else by its shape. */

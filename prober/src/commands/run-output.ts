@@ -3,6 +3,7 @@
  * code a CI gate reads (`--fail-on`). Pure functions of a ProbeRun (and, for --json, the silences applied to
  * it). A finding a silence acknowledged is listed everywhere, marked so, and gates nothing.
  */
+
 import { EXIT, type ExitCode } from '../exit-codes.js';
 import { atLeast, FINDING_KINDS, type Finding, type Severity } from '../probe/findings.js';
 import { combineOutcomes, type Outcome, type ProbeRun, type ScenarioResult } from '../probe/result.js';
@@ -124,7 +125,8 @@ export function quietLine(run: ProbeRun): string {
 function xml(s: string): string {
   // XML 1.0 forbids most control characters even as references: drop them, escape the rest.
   // eslint-disable-next-line no-control-regex
-  return s.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!);
+  // C1 controls and bidi overrides are legal XML but act on whoever views the report: dropped too.
+  return s.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffe\uffff]/g, '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!);
 }
 
 /**

@@ -3,6 +3,7 @@
  * holds exactly one JSON document. Exit 0 pass, 1 at least one finding (not acknowledged by a silence),
  * 2 inconclusive, 64 bad usage.
  */
+import { jsonText } from '../json-text.js';
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
@@ -15,7 +16,7 @@ import { parseBaseUrl } from '../probe/target/base-url.js';
 import { InstallationError, createInstallationRegistry, markerKeyPath, persistPlantings, runStorePath } from '../service/installation.js';
 import { applySilences } from '../service/silences.js';
 import { openStore } from '../service/store.js';
-import { runSilences } from './run-silences.js';
+import { configTargetAt, endpointName, runSilences } from './run-silences.js';
 import { checkOutputFile, writeOutputFile, type OutputFileRules } from './output-file.js';
 import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from './run-output.js';
 import { RunCut } from '../probe/run-cut.js';
@@ -49,7 +50,8 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
                           (default $KVCANARY_HOME/runs.sqlite, ~/.config/kvcanary/runs.sqlite; may be the
                           file \`serve\` writes); silences acknowledged in it (\`kvcanary ack --store FILE\`) apply
   --config FILE           apply the \`silences:\` of this serve config too (its api_key_env variables need not
-                          be set). The run is matched as target \`cli\`, and as any config target with this URL.
+                          be set). The run is named after the config target with this URL, else HOST:PORT of
+                          the URL (e.g. 10.0.0.5:8000); silences match it by that name.
                           A silenced finding is listed, marked acknowledged, and does not count for --fail-on
   -q, --quiet             no progress on stderr, and the verdict as one line (with its reason, e.g.
                           "INCONCLUSIVE (unreachable)") instead of the table
@@ -77,6 +79,10 @@ export async function runMain(args: string[]): Promise<number> {
   // Loaded before anything is sent: a bad config is a usage error, not a wasted run.
   const config: ServiceConfig | undefined = opts.config === undefined ? undefined
     : await loadConfig(opts.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
+  // Named by its endpoint: the config target at this URL, else HOST:PORT (run-silences.ts), so a silence or
+  // a stored run is about one endpoint.
+  const configName = configTargetAt(config, opts.target.baseUrl);
+  if (configName !== undefined) opts.target.name = configName;
   // The installation's key and store: markers planted by earlier runs decrypt and are attributed to them.
   const storePath = opts.store ?? runStorePath();
   // A --junit path that cannot be written is found now, not after the whole run (the verdict would be lost).
@@ -124,7 +130,7 @@ export async function runMain(args: string[]): Promise<number> {
     const run = applySilences(probed, silences, now, names);
     store.recordRun(run);
     process.stderr.write(forTerminal(opts.quiet ? quietLine(run) : summaryTable(run)) + '\n');
-    if (opts.json) process.stdout.write(JSON.stringify(toJson(run, silences), null, 2) + '\n');
+    if (opts.json) process.stdout.write(jsonText(toJson(run, silences), 2) + '\n');
     if (opts.junit !== undefined) {
       try {
         writeOutputFile(opts.junit, toJunit(run, opts.failOn), junitRules(storePath));
@@ -255,7 +261,7 @@ export function parseRunArgs(args: string[]): RunOptions {
   if (v.store !== undefined && v.store.trim() === '') throw new UsageError('--store: expected a file path');
   if (v.config !== undefined && v.config.trim() === '') throw new UsageError('--config: expected a file path');
   const target: TargetConfig = {
-    name: 'cli',
+    name: endpointName(v.target),
     baseUrl: v.target,
     ...(v.model !== undefined ? { model: v.model } : {}),
     ...(apiKeyEnv !== undefined ? { apiKeyEnv } : {}),
