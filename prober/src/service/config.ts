@@ -603,7 +603,7 @@ class Validator {
     for (const [k, v] of Object.entries(value as Obj)) {
       const hp = join(p, k);
       const lower = k.toLowerCase();
-      if (!HEADER_NAME_RE.test(k)) { this.fail(hp, 'expected a valid HTTP header name'); continue; }
+      if (!HEADER_NAME_RE.test(k) || k.length > 256) { this.fail(hp, 'expected a valid HTTP header name (a token of at most 256 characters)'); continue; }
       if (RESERVED_HEADERS.has(lower)) {
         this.fail(hp, lower === 'authorization'
           ? 'Authorization is set from api_key_env: put the key in an environment variable and name it there'
