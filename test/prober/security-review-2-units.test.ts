@@ -108,7 +108,8 @@ describe('defect 6: redaction', () => {
     const body = planter.marker.slice(MARKER_PREFIX.length);
     // The key ends 1..11 characters inside the excerpt's left edge (60 characters of context).
     for (let inside = 1; inside <= 11; inside++) {
-      const filler = ' '.repeat(60 - inside);
+      // 60 characters of context before the body, which follows the `kvcanary-` prefix.
+      const filler = ' '.repeat(60 - inside - MARKER_PREFIX.length);
       const text = `xx ${KEY}${filler}${MARKER_PREFIX}${body} and then the rest of the answer, long enough to close it.`;
       const session = createScanner(registry).open({ requestId: 'reader-1', tenant: 'b', role: 'reader', runId: 'run-1', secrets: [KEY] });
       session.push(text);
@@ -240,3 +241,28 @@ describe('leftovers: U+202E and C1 controls never reach JUnit raw', () => {
   });
 });
 
+
+describe('defect 9: an emptied api_key_file sends nothing', () => {
+  it('no request without its key: the run is inconclusive and says why', async () => {
+    const { createServer } = await import('node:http');
+    const { runProbe } = await import('../../prober/src/probe/probe.js');
+    let requests = 0;
+    const server = createServer((_req, res) => { requests++; res.writeHead(200, { 'content-type': 'application/json' }); res.end('{"data":[{"id":"m"}]}'); });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as { port: number }).port;
+    const keyFile = path.join(dir, 'emptied.key');
+    writeFileSync(keyFile, '');
+    const registry = createMarkerRegistry({ now: () => new Date() });
+    try {
+      const run = await runProbe({ registry, scanner: createScanner(registry) }, {
+        target: { name: 't', baseUrl: `http://127.0.0.1:${port}`, apiKeyFile: keyFile, headers: {}, tenants: [], schedule: { intervalMs: 60_000, timeoutMs: 5000, jitterMs: 0 }, budget: { tokensPerHour: 1e9 }, scenarios: ['capacity-audit', 'overlimit-rejection'] },
+        scenarios: ['capacity-audit', 'overlimit-rejection'], runId: 'run-k', signal: new AbortController().signal, tokenBudget: 1e9,
+      });
+      expect(requests).toBe(0);
+      expect(run.outcome).toBe('inconclusive');
+      expect(run.scenarios[0]!.notes[0]).toMatch(/api_key_file.*nothing was sent/);
+    } finally {
+      server.close();
+    }
+  });
+});
