@@ -65,6 +65,7 @@ targets:                          # required: at least one
   #     refresh: 30s
   #     scheme: http
   #     path_prefix: /v1
+  #     allow: []               # also probe link-local, metadata or unspecified addresses (docs/security.md)
 
 # Acknowledged findings: still recorded and shown, but they fail no run and page no one until they expire.
 # \`kvcanary ack\` adds silences to the store; \`kvcanary report\` lists both.
