@@ -3,7 +3,6 @@
  * code a CI gate reads (`--fail-on`). Pure functions of a ProbeRun (and, for --json, the silences applied to
  * it). A finding a silence acknowledged is listed everywhere, marked so, and gates nothing.
  */
-
 import { EXIT, type ExitCode } from '../exit-codes.js';
 import { atLeast, FINDING_KINDS, type Finding, type Severity } from '../probe/findings.js';
 import { combineOutcomes, type Outcome, type ProbeRun, type ScenarioResult } from '../probe/result.js';
