@@ -29,7 +29,8 @@ import type { ProbeRun } from '../prober/src/probe/result.js';
 import { createScanner, type Scanner } from '../prober/src/probe/scanner.js';
 import { recordingScanner } from './recording-scanner.js';
 import { SCENARIO_NAMES } from '../prober/src/probe/scenarios/index.js';
-import { createInstallationRegistry, loadMarkerKey, persistPlantings } from '../prober/src/service/installation.js';
+import { loadMarkerKey } from '../prober/src/installation/marker-key.js';
+import { createInstallationRegistry, persistPlantings } from '../prober/src/installation/registry.js';
 import { openStore, type Store } from '../prober/src/service/store.js';
 import { proportion } from './proportion.js';
 
@@ -109,7 +110,7 @@ async function recall(installation: boolean, dir: string): Promise<RecallRow> {
       for (const f of leaks) {
         row.leakFindings++;
         const p = f.evidence.planted;
-        const req = p === undefined ? undefined : sent.get(p.runId)?.get(p.requestId);
+        const req = p?.runId === undefined || p.requestId === undefined ? undefined : sent.get(p.runId)?.get(p.requestId);
         const by = p?.runId === runId ? 'this-run' : 'earlier-run';
         if (p !== undefined && req !== undefined && req.role === p.role && req.tenant === p.tenant && p.by === by) row.attributionCorrect++;
       }

@@ -24,7 +24,7 @@ import { startEngine, type StartEngineOptions } from '../engine-under-test/src/i
 import { runProbe } from '../prober/src/probe/probe.js';
 import { createScanner } from '../prober/src/probe/scanner.js';
 import type { TargetConfig } from '../prober/src/service/config.js';
-import { createInstallationRegistry, persistPlantings } from '../prober/src/service/installation.js';
+import { createInstallationRegistry, persistPlantings } from '../prober/src/installation/registry.js';
 import { openStore } from '../prober/src/service/store.js';
 import { formatProportion, proportion, zeroEventUpperBound } from './proportion.js';
 

@@ -100,10 +100,12 @@ describe('prefix-isolation against the bundled engine', () => {
     expect(code).toBe(2); // nothing applicable was run: not a pass
   }, 120_000);
 
-  it('hardened: pass (the same-tenant control showed reuse, the other tenant none)', async () => {
+  it('hardened: pass (the same-tenant control showed reuse, the other tenant none); alone it is no run pass (partial, exit 2)', async () => {
     const { code, doc } = await run({ preset: 'hardened' });
     expect(doc.findings).toEqual([]);
-    expect(code).toBe(0);
+    expect(doc.scenarios[0]?.outcome).toBe('pass');
+    // The overall rule: without a behavioural scenario the run establishes no isolation.
+    expect({ outcome: doc.outcome, code }).toEqual({ outcome: 'partial', code: 2 });
   }, 120_000);
 
   it('caching off: not-applicable with the evidence, never a pass', async () => {
@@ -143,7 +145,8 @@ describe('prefix-collision against the bundled engine', () => {
     for (const options of [{ preset: 'single', faults: ['weak-prefix-hash'], defenses: ['strong-prefix-hash'] }, { preset: 'single' }]) {
       const { code, doc } = await run(options);
       expect(doc.findings).toEqual([]);
-      expect(code).toBe(0);
+      expect(doc.scenarios[0]?.outcome).toBe('pass');
+      expect({ outcome: doc.outcome, code }).toEqual({ outcome: 'partial', code: 2 });
       await engine?.close();
       engine = undefined;
     }

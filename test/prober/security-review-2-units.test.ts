@@ -255,7 +255,7 @@ describe('defect 9: an emptied api_key_file sends nothing', () => {
     const registry = createMarkerRegistry({ now: () => new Date() });
     try {
       const run = await runProbe({ registry, scanner: createScanner(registry) }, {
-        target: { name: 't', baseUrl: `http://127.0.0.1:${port}`, apiKeyFile: keyFile, headers: {}, tenants: [], schedule: { intervalMs: 60_000, timeoutMs: 5000, jitterMs: 0 }, budget: { tokensPerHour: 1e9 }, scenarios: ['capacity-audit', 'overlimit-rejection'] },
+        target: { name: 't', baseUrl: `http://127.0.0.1:${port}`, apiKeyFile: keyFile, headers: {}, tenants: [], schedule: { timeoutMs: 5000 } },
         scenarios: ['capacity-audit', 'overlimit-rejection'], runId: 'run-k', signal: new AbortController().signal, tokenBudget: 1e9,
       });
       expect(requests).toBe(0);

@@ -30,7 +30,12 @@ describe('combineOutcomes', () => {
   });
   it('never counts not-applicable as a pass: all not-applicable is not-applicable, and behavioural scenarios must pass', () => {
     expect(combineOutcomes([scen('prefix-isolation', 'not-applicable'), scen('prefix-churn', 'not-applicable')])).toBe('not-applicable');
-    expect(combineOutcomes([scen('capacity-audit', 'pass'), scen('abort-race', 'not-applicable')])).toBe('inconclusive');
+    expect(combineOutcomes([scen('capacity-audit', 'pass'), scen('abort-race', 'not-applicable')])).toBe('partial');
+  });
+  it('calls a clean run without a behavioural pass partial, never pass: cheap checks alone, or one prefix scenario', () => {
+    expect(combineOutcomes([scen('capacity-audit', 'pass'), scen('overlimit-rejection', 'pass')])).toBe('partial');
+    expect(combineOutcomes([scen('prefix-isolation', 'pass')])).toBe('partial');
+    expect(combineOutcomes([scen('capacity-audit', 'pass'), scen('abort-race', 'pass')])).toBe('pass');
   });
   it('lets fail beat inconclusive beat everything else, and an empty run is inconclusive', () => {
     expect(combineOutcomes([scen('abort-race', 'pass'), scen('prefix-churn', 'inconclusive'), scen('overlimit-handoff', 'fail')])).toBe('fail');
@@ -50,7 +55,7 @@ describe('power', () => {
 
 describe('exit code and --fail-on', () => {
   it('exits 1 only for a finding at or above the threshold (default warning), still listing the others', () => {
-    const r = run([scen('overlimit-handoff', 'pass'), scen('capacity-audit', 'fail', [warning])]);
+    const r = run([scen('overlimit-handoff', 'pass'), scen('capacity-audit', 'fail', [warning], { withoutFindings: 'pass' })]);
     expect(exitCodeFor(r, 'warning')).toBe(EXIT.fail);
     expect(exitCodeFor(r, 'high')).toBe(EXIT.pass);
     expect(exitCodeFor(r, 'critical')).toBe(EXIT.pass);
@@ -61,6 +66,29 @@ describe('exit code and --fail-on', () => {
     expect(r.outcome).toBe('pass');
     expect(exitCodeFor(r, 'warning')).toBe(EXIT.pass);
     expect(exitCodeFor(r, 'info')).toBe(EXIT.fail);
+  });
+  it('never counts a scenario that stopped at a finding below --fail-on as a pass: exit 2, a JUnit error, no failure', () => {
+    const rejection = makeFinding('rejection-not-enforced', 'concurrent-interleave', { facts: { status: 200 } });
+    const r = run([scen('capacity-audit', 'pass'), scen('concurrent-interleave', 'fail', [rejection], { withoutFindings: 'inconclusive' })]);
+    expect(exitCodeFor(r, 'high')).toBe(EXIT.fail);
+    expect(exitCodeFor(r, 'critical')).toBe(EXIT.inconclusive);
+    const doc = new XMLParser({ ignoreAttributes: false }).parse(toJunit(r, 'critical')) as { testsuites: { '@_failures': string; '@_errors': string; testsuite: { testcase: Record<string, unknown>[] } } };
+    expect(doc.testsuites['@_failures']).toBe('0');
+    expect(doc.testsuites['@_errors']).toBe('1');
+    const tc = doc.testsuites.testsuite.testcase.find((t) => t['@_name'] === 'concurrent-interleave')!;
+    expect(tc['failure']).toBeUndefined();
+    expect(JSON.stringify(tc['error'])).toContain('isolation not established');
+    // With another behavioural pass beside it the run passes the gate; the stopped scenario still is no pass.
+    const other = run([scen('abort-race', 'pass'), scen('concurrent-interleave', 'fail', [rejection], { withoutFindings: 'inconclusive' })]);
+    expect(exitCodeFor(other, 'critical')).toBe(EXIT.inconclusive);
+    // A result without withoutFindings (from elsewhere) is never promoted to a pass either.
+    expect(exitCodeFor(run([scen('abort-race', 'fail', [rejection])]), 'critical')).toBe(EXIT.inconclusive);
+  });
+  it('exits 2 for a clean run without a behavioural scenario (run --scenario prefix-isolation)', () => {
+    const r = run([scen('prefix-isolation', 'pass')]);
+    expect(r.outcome).toBe('partial');
+    expect(exitCodeFor(r, 'warning')).toBe(EXIT.inconclusive);
+    expect(toJson(r)).toMatchObject({ outcome: 'partial' });
   });
   it('exits 2 when nothing behavioural passed, even with every prefix scenario not applicable', () => {
     expect(exitCodeFor(run([scen('prefix-isolation', 'not-applicable')]), 'warning')).toBe(EXIT.inconclusive);
@@ -89,7 +117,7 @@ describe('--json and the summary', () => {
 
 describe('--junit', () => {
   it('writes a testcase per scenario: failure per gating finding, skipped for not-applicable, error for inconclusive', () => {
-    const r = run([scen('overlimit-handoff', 'fail', [leak]), scen('capacity-audit', 'fail', [warning]), scen('prefix-isolation', 'not-applicable'),
+    const r = run([scen('overlimit-handoff', 'fail', [leak]), scen('capacity-audit', 'fail', [warning], { withoutFindings: 'pass' }), scen('prefix-isolation', 'not-applicable'),
       scen('prefix-churn', 'inconclusive', [], { reason: 'deadline' }), scen('abort-race', 'pass')]);
     const xml = toJunit(r, 'high');
     const doc = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '' }).parse(xml) as {
@@ -114,7 +142,7 @@ describe('acknowledged findings (silences)', () => {
   it('never gate, at any --fail-on, while an unacknowledged one still does', () => {
     const quiet = run([scen('overlimit-handoff', 'pass', [acked(leak)]), scen('capacity-audit', 'pass', [acked(warning)])]);
     for (const failOn of ['critical', 'high', 'warning', 'info'] as const) expect(exitCodeFor(quiet, failOn), failOn).toBe(EXIT.pass);
-    const mixed = run([scen('overlimit-handoff', 'pass', [acked(leak)]), scen('capacity-audit', 'fail', [warning])]);
+    const mixed = run([scen('overlimit-handoff', 'pass', [acked(leak)]), scen('capacity-audit', 'fail', [warning], { withoutFindings: 'pass' })]);
     expect(exitCodeFor(mixed, 'warning')).toBe(EXIT.fail);
     expect(exitCodeFor(mixed, 'high')).toBe(EXIT.pass);
     const xml = toJunit(mixed, 'warning');

@@ -18,6 +18,7 @@ import {
   dashboardPanels, dashboardQueries, metricNames, ruleQueries, substituteTemplateVariables,
 } from '../helpers/dashboard-queries.js';
 import { FINDING_KINDS } from '../../prober/src/probe/findings.js';
+import { TARGET_STANDINGS, targetVerdict } from '../../prober/src/service/target-verdict.js';
 import { runPromtool, startPrometheus, type PrometheusHandle, type Sample } from '../helpers/prometheus.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -31,6 +32,7 @@ const rules = ruleQueries(parseYaml(readFileSync(alertsPath, 'utf8')));
 const AGREED_METRICS = {
   kvcanary_probe_runs_total: 'counter',
   kvcanary_probe_cycles_total: 'counter',
+  kvcanary_target_verdict: 'gauge',
   kvcanary_findings_total: 'counter',
   kvcanary_probe_duration_seconds: 'histogram',
   kvcanary_request_duration_seconds: 'histogram',
@@ -289,6 +291,16 @@ type Outcome = 'pass' | 'fail' | 'inconclusive';
 interface FixtureScenario { outcome: Outcome; findings?: { kind: string; severity: string }[]; stale?: boolean; hourly?: boolean }
 interface FixtureTarget { up: boolean; pool?: number; context?: number; scenarios: Record<string, FixtureScenario>; skipped?: string }
 
+/** A fixture target's standing by the product's own rule: hourly scenarios ran 50 minutes ago, stale ones an hour ago. */
+function standingOf(t: FixtureTarget) {
+  const now = Date.now();
+  const latest = Object.entries(t.scenarios).map(([scenario, s]) => ({
+    scenario, outcome: s.outcome, at: new Date(now - (s.hourly ? 3000 : s.stale ? 3600 : 0) * 1000).toISOString(),
+  }));
+  const fresh = (scenario: string): number => (t.scenarios[scenario]?.hourly ? 3600 : 300) * 1000 + 300_000 + 30_000 + 120_000;
+  return targetVerdict({ scenarios: Object.keys(t.scenarios), latest, freshForMs: fresh, now });
+}
+
 /** What the exporter claims; the assertions below are derived from this, not restated. */
 const FIXTURE: Record<string, FixtureTarget> = {
   incident: {
@@ -338,6 +350,7 @@ async function startFixtureExporter(): Promise<{ url: string; hostPort: string; 
   const skipped = new Counter({ name: 'kvcanary_runs_skipped_total', help: 'Scheduled runs not started', labelNames: ['target', 'reason'], registers: [registry] });
   const budget = new Gauge({ name: 'kvcanary_budget_tokens_remaining', help: 'Tokens left in the hourly budget', labelNames: ['target'], registers: [registry] });
   const interval = new Gauge({ name: 'kvcanary_scenario_interval_seconds', help: 'How often the scenario is due', labelNames: ['target', 'scenario'], registers: [registry] });
+  const standing = new Gauge({ name: 'kvcanary_target_verdict', help: 'Target standing (state set)', labelNames: ['target', 'outcome'], registers: [registry] });
   const lastFindings = new Gauge({ name: 'kvcanary_last_run_findings', help: 'Unacknowledged findings in the last run of a scenario', labelNames: ['target', 'scenario', 'kind'], registers: [registry] });
 
   const spent = new Map<string, number>();
@@ -381,6 +394,8 @@ async function startFixtureExporter(): Promise<{ url: string; hostPort: string; 
         }
       }
       budget.set({ target }, Math.max(0, 2_000_000 - (spent.get(target) ?? 0)));
+      const verdict = standingOf(t).outcome;
+      for (const o of TARGET_STANDINGS) standing.set({ target, outcome: o.replace('-', '_') }, o === verdict ? 1 : 0);
       cycles.inc({ target, outcome: outcomes.includes('fail') ? 'fail' : outcomes.includes('inconclusive') ? 'inconclusive' : 'pass' });
       if (!t.up) {
         requests.inc({ target, role: 'planter', transport: 'refused' });
@@ -477,6 +492,19 @@ describe('end to end: a real Prometheus scraping the agreed metrics', () => {
     const shown = Object.fromEntries((await prom().query(expr)).map((s) => [`${s.metric.target}/${s.metric.scenario}`, mappings.get(String(s.value))?.text ?? `unmapped ${s.value}`]));
     const expected = Object.fromEntries(Object.entries(FIXTURE).flatMap(([target, t]) => Object.entries(t.scenarios).map(([scenario, s]) => [`${target}/${scenario}`, s.outcome])));
     expect(shown).toEqual(expected);
+  });
+
+  it('shows each target\'s standing through the standing panel\'s own value mappings, only pass in green', async () => {
+    const panel = panelByTitle('Target standing');
+    const mappings = valueMappings(panel);
+    const byText = new Map([...mappings.values()].map((m) => [m.text, m.color]));
+    expect(byText.get('pass')).toBe('green');
+    for (const text of ['partial', 'inconclusive', 'fail', 'not applicable', 'no run yet']) expect(isGreenish(byText.get(text)), text).toBe(false);
+    const expr = dashboardQueries(dashboard).find((q) => q.panelId === panel.id)?.expr ?? '';
+    const shown = Object.fromEntries((await prom().query(expr)).map((s) => [s.metric.target, mappings.get(String(s.value))?.text ?? `unmapped ${s.value}`]));
+    const expected = Object.fromEntries(Object.entries(FIXTURE).map(([target, t]) => [target, standingOf(t).outcome]));
+    expect(shown).toEqual(expected);
+    expect(new Set(Object.values(shown))).toEqual(new Set(['fail', 'pass', 'inconclusive']));
   });
 
   it('raises each alert for the target that earns it and for no other', async () => {

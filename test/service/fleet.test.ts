@@ -195,7 +195,8 @@ targets:
     // Cycles run and report their outcome per target; the info metric carries the discovered label.
     await vi.waitFor(async () => {
       const l = await (await fetch(`${services[0]!.url}api/targets`)).json() as FleetTarget[];
-      expect(l.every((t) => t.lastOutcome === 'pass')).toBe(true);
+      // The first cycle ran overlimit-handoff (pass); later ones only the cheap audit (partial): the target stands pass.
+      expect(l.every((t) => t.verdict === 'pass' && (t.lastOutcome === 'pass' || t.lastOutcome === 'partial'))).toBe(true);
     }, { timeout: 8000, interval: 200 });
     const metrics = await (await fetch(`${services[0]!.url}metrics`)).text();
     expect(metrics).toContain('kvcanary_shard_info{shard="0/3"} 1');

@@ -8,6 +8,7 @@ import type { ProbeRun, ScenarioResult } from '../../prober/src/probe/result.js'
 const AGREED = {
   kvcanary_probe_runs_total: 'counter',
   kvcanary_probe_cycles_total: 'counter',
+  kvcanary_target_verdict: 'gauge',
   kvcanary_findings_total: 'counter',
   kvcanary_findings_acknowledged_total: 'counter',
   kvcanary_probe_duration_seconds: 'histogram',

@@ -94,6 +94,30 @@ describe('report for an operator', () => {
     expect(times).toEqual([...times].sort().reverse());
   });
 
+  it('applies the overall rule: a stored cheap-only cycle reads partial (even one an older version stored as pass), and the target\'s standing follows its behavioural scenarios', async () => {
+    const p = path.join(dir, 'rule.sqlite');
+    const store = openStore({ path: p, retentionMs: 86_400_000 });
+    const at = (h: number): string => new Date(Date.now() - h * 3_600_000).toISOString();
+    const run = (runId: string, when: string, scenarios: [string, 'pass' | 'fail'][]): ProbeRun => ({
+      runId, target: 'cheap', baseUrl: 'http://h:8000', model: 'm', startedAt: when, finishedAt: when, outcome: 'pass', up: true, capacity: {},
+      scenarios: scenarios.map(([name, outcome]) => ({ name, outcome, findings: [], requests: [], notes: [], tokens: { sent: 1, billed: 1 }, durationMs: 1 })),
+    });
+    store.recordRun(run('c1', at(2), [['capacity-audit', 'pass'], ['overlimit-rejection', 'pass']]));
+    store.recordRun(run('c2', at(1), [['capacity-audit', 'pass']]));
+    store.close();
+    const r = await runCli(['report', '--store', p]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^ {2}cheap +PARTIAL +no behavioural scenario .* is configured/m);
+    expect(r.stdout).toMatch(/^ {2}\S+ {2}cheap +PARTIAL /m);
+    expect(r.stdout).not.toMatch(/cheap +PASS/);
+    const json = JSON.parse((await runCli(['report', '--store', p, '--json'])).stdout) as { targets: { target: string; verdict: string }[]; runs: { outcome: string }[] };
+    expect(json.targets).toEqual([expect.objectContaining({ target: 'cheap', verdict: 'partial' })]);
+    expect(json.runs.map((x) => x.outcome)).toEqual(['partial', 'partial']);
+    // A leak's target stands failed.
+    const leaks = await runCli(['report', '--store', kvcanaryStore('rule-leaks.sqlite')]);
+    expect(leaks.stdout).toMatch(/^ {2}prod +FAIL +abort-race failed/m);
+  });
+
   it('--since takes a date/time; an unknown --target is an error', async () => {
     const p = kvcanaryStore('since.sqlite');
     const day = new Date(Date.now() - 86_400_000).toISOString().slice(0, 10);

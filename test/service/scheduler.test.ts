@@ -386,6 +386,47 @@ targets: [{ name: prod, base_url: "http://h" }]`), fake.probe);
   });
 });
 
+describe('scheduler: a scenario costing more than its share', () => {
+  it('draws what the cycle\'s unstarted scenarios are not expected to need, instead of ending inconclusive (budget) with the budget unspent', async () => {
+    // First cycle, nothing known: equal grants. Each scenario wants more than its grant and asks for the rest.
+    const wants: Record<string, number> = { 'capacity-audit': 10, 'overlimit-handoff': 60_000, 'abort-race': 39_000 };
+    const took: Record<string, boolean> = {};
+    const fake = fakeProbe(async (req) => {
+      const name = req.scenarios[0]!;
+      const want = wants[name]!;
+      const ok = want <= req.tokenBudget || req.moreBudget?.take(want - req.tokenBudget) === true;
+      took[name] = ok;
+      return after(S, [result(name, ok ? 'pass' : 'inconclusive', { tokens: { sent: ok ? want : req.tokenBudget, billed: 0 }, ...(ok ? {} : { reason: 'budget' as const }) })]);
+    });
+    const h = harness(config(`
+schedule: { interval: 1h, timeout: 1m, jitter: 0s }
+concurrency: { global: 1, per_target: 1 }
+budget: { tokens_per_hour: 100000 }
+scenarios: [capacity-audit, overlimit-handoff, abort-race]
+targets: [{ name: prod, base_url: "http://h" }]`), fake.probe);
+    h.scheduler.start();
+    await vi.advanceTimersByTimeAsync(5 * S);
+    expect(fake.calls.map((c) => c.req.scenarios[0])).toEqual(['capacity-audit', 'overlimit-handoff', 'abort-race']);
+    // overlimit-handoff's grant was half of what was left (49,995); it drew 10,005 more, leaving abort-race its
+    // at least its share of the hour (a third) when it started.
+    expect(fake.calls[1]!.req.tokenBudget).toBe(49_995);
+    expect(took).toEqual({ 'capacity-audit': true, 'overlimit-handoff': true, 'abort-race': true });
+    // Past what the unstarted scenarios need, a draw is refused: the budget still bounds the cycle.
+    const h2 = harness(config(`
+schedule: { interval: 1h, timeout: 1m, jitter: 0s }
+concurrency: { global: 1, per_target: 1 }
+budget: { tokens_per_hour: 100000 }
+scenarios: [overlimit-handoff, abort-race]
+targets: [{ name: prod2, base_url: "http://h" }]`), fake.probe);
+    wants['overlimit-handoff'] = 70_000;
+    h2.scheduler.start();
+    await vi.advanceTimersByTimeAsync(5 * S);
+    expect(took['overlimit-handoff']).toBe(false);
+    await h.scheduler.stop();
+    await h2.scheduler.stop();
+  });
+});
+
 describe('scheduler: stop and reload', () => {
   it('stop() drains in-flight probes, cancels queued ones (skipped: shutdown) and schedules nothing more', async () => {
     let finish: (() => void) | undefined;

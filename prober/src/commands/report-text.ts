@@ -7,14 +7,16 @@
  */
 import { isActive, type Silence } from '../service/silences.js';
 import type { RunSummary, SkipSummary, StoredFinding } from '../service/store.js';
+import { plantedText } from '../probe/findings.js';
 import { forTerminal, oneLine } from '../terminal-text.js';
 
-function who(p: { tenant: string; role: string; requestId: string } | undefined): string {
-  return p === undefined ? '?' : `${p.tenant}/${p.role} ${p.requestId}`;
-}
+
+/** A target's standing now by the overall rule (docs/verdicts.md), with why it is not a pass. */
+export interface TargetStanding { target: string; verdict: string; reasons: string[] }
 
 export interface ReportData {
   since: number;
+  targets?: readonly TargetStanding[];
   runs: readonly RunSummary[];
   skips?: readonly SkipSummary[];
   findings: readonly StoredFinding[];
@@ -31,8 +33,10 @@ function latestSkip(l: SkipSummary['latest']): string {
   return `latest ${l.at}${l.scenario !== undefined ? ` (${l.scenario})` : ''}${tokens.length > 0 ? `: ${tokens.join(', ')}` : ''}`;
 }
 
-export function reportText({ since, runs, skips = [], findings, silences = [], now = Date.now() }: ReportData): string {
-  const out: string[] = [`runs since ${new Date(since).toISOString()} (${runs.length}), newest first:`];
+export function reportText({ since, targets = [], runs, skips = [], findings, silences = [], now = Date.now() }: ReportData): string {
+  const out: string[] = [`targets (${targets.length}), standing now by the overall rule (pass only while the behavioural scenarios passed within their intervals):`];
+  for (const t of targets) out.push(`  ${t.target.padEnd(16)} ${t.verdict.toUpperCase().padEnd(14)}${t.reasons.length > 0 ? ` ${t.reasons.join('; ')}` : ''}`);
+  out.push(`runs since ${new Date(since).toISOString()} (${runs.length}), newest first:`);
   const byShown = [...runs].sort((a, b) => b.finishedAt.localeCompare(a.finishedAt));
   for (const r of byShown) {
     const reasons = [...new Set(r.scenarios.map((s) => s.reason).filter((x) => x !== undefined))];
@@ -58,8 +62,8 @@ export function reportText({ since, runs, skips = [], findings, silences = [], n
       const e = f.evidence;
       const parts = [`    ${f.at}  ${f.scenario}`];
       if (e.match !== undefined) parts.push(`marker ${oneLine(e.match)}`);
-      if (e.planted !== undefined) parts.push(`planted by ${who(e.planted)} at ${e.planted.at}`);
-      if (e.read !== undefined) parts.push(`read by ${who(e.read)}`);
+      if (e.planted !== undefined) parts.push(`${plantedText(e.planted)}${e.planted.resolvedFrom !== undefined ? ` (from ${e.planted.resolvedFrom})` : ''}`);
+      if (e.read !== undefined) parts.push(`read by ${e.read.tenant}/${e.read.role} ${e.read.requestId}`);
       if (f.chance > 0) parts.push(`chance ≤ ${f.chance.toExponential(1)}`);
       if (f.acknowledged !== undefined) parts.push(`ACKNOWLEDGED (${oneLine(f.acknowledged)})`);
       out.push(parts.join('  '));

@@ -8,7 +8,10 @@ import { jsonText } from '../json-text.js';
 import { existsSync, statSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
-import { DEFAULTS, loadConfig } from '../service/config.js';
+import { DEFAULTS, loadConfig, type TargetConfig } from '../service/config.js';
+import { freshnessMs } from '../service/scenario-schedule.js';
+import { targetVerdict, type ScenarioStanding } from '../service/target-verdict.js';
+import type { TargetStanding } from './report-text.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import type { Silence } from '../service/silences.js';
 import { openStore, type RunSummary, type SkipSummary, type StoredFinding } from '../service/store.js';
@@ -68,11 +71,13 @@ export async function reportMain(args: string[]): Promise<number> {
   }
   let paths = v.store ?? [DEFAULTS.storePath];
   let configured: string[] = [];
+  let schedules = new Map<string, TargetConfig>();
   if (v.config !== undefined) {
     // report reads no target: the keys' variables need only be named, not set.
     const config = await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
     paths = storePathsOf(config.store.path);
     configured = config.targets.map((t) => t.name);
+    schedules = new Map(config.targets.map((t) => [t.name, t]));
   }
   for (const path of paths) {
     if (!existsSync(path)) throw new UsageError(`no evidence store at ${path} (run \`kvcanary serve\` first, or pass --store)`);
@@ -87,10 +92,11 @@ export async function reportMain(args: string[]): Promise<number> {
     }
   }
   const { runs, skips, findings, silences } = read;
+  const targets = standings(read.latest, schedules, v.target, Date.now());
   if (v.json) {
-    process.stdout.write(jsonText({ store: paths.length === 1 ? paths[0] : paths, since: new Date(since).toISOString(), runs, skips, findings, silences }, 2) + '\n');
+    process.stdout.write(jsonText({ store: paths.length === 1 ? paths[0] : paths, since: new Date(since).toISOString(), targets, runs, skips, findings, silences }, 2) + '\n');
   } else {
-    process.stdout.write(reportText({ since, runs, skips, findings, silences, now: Date.now() }) + '\n');
+    process.stdout.write(reportText({ since, targets, runs, skips, findings, silences, now: Date.now() }) + '\n');
   }
   return runs.some((r) => r.outcome === 'fail') ? EXIT.fail : EXIT.pass;
 }
@@ -103,6 +109,24 @@ interface StoresRead {
   silences: Silence[];
   /** Every target any of the stores knows (for the --target check). */
   targets: Set<string>;
+  /** Each target's latest result per scenario, the newest over all stores. */
+  latest: Map<string, Map<string, ScenarioStanding>>;
+}
+
+/**
+ * Each target's standing now, by the overall rule (service/target-verdict.ts). With --config the target's
+ * scenarios and schedule date its passes; without, every stored scenario counts and freshness is not known.
+ */
+function standings(latest: StoresRead['latest'], schedules: ReadonlyMap<string, TargetConfig>, only: string | undefined, now: number): TargetStanding[] {
+  const names = [...new Set([...latest.keys(), ...schedules.keys()])].filter((n) => only === undefined || n === only).sort();
+  return names.map((target) => {
+    const t = schedules.get(target);
+    const v = targetVerdict({
+      scenarios: t?.scenarios ?? [], latest: [...(latest.get(target)?.values() ?? [])], now,
+      freshForMs: (s) => (t === undefined ? Infinity : freshnessMs(t, s)),
+    });
+    return { target, verdict: v.outcome, reasons: t === undefined ? [...v.reasons, 'freshness not judged (give --config)'] : v.reasons };
+  });
 }
 
 /** Runs, skips, findings and silences of one or more stores (shards), each opened read-only, merged newest first. */
@@ -112,10 +136,19 @@ function readStores(paths: readonly string[], filter: { since: number; target?: 
   const findings: (StoredFinding & { store?: string })[] = [];
   const silences = new Map<string, Silence>();
   const targets = new Set<string>();
+  const latest: StoresRead['latest'] = new Map();
   for (const path of paths) {
     const store = openStore({ path, retentionMs: Number.MAX_SAFE_INTEGER, readonly: true });
     try {
-      for (const t of store.latestPerTarget()) targets.add(t.target);
+      for (const t of store.latestPerTarget()) {
+        targets.add(t.target);
+        const per = latest.get(t.target) ?? new Map<string, ScenarioStanding>();
+        for (const s of t.scenarios) {
+          const seen = per.get(s.scenario);
+          if (seen === undefined || s.at > seen.at) per.set(s.scenario, { scenario: s.scenario, outcome: s.outcome, at: s.at });
+        }
+        latest.set(t.target, per);
+      }
       // A target every scheduled run of which was skipped (its budget never fits) has skips and no run.
       for (const s of store.skipSummary()) targets.add(s.target);
       runs.push(...store.recentRuns({ ...filter, limit: 1000 }));
@@ -127,11 +160,42 @@ function readStores(paths: readonly string[], filter: { since: number; target?: 
       store.close();
     }
   }
+  resolvePlanters(paths, findings);
   const seen = new Set<string>();
   const uniqueRuns = runs.filter((r) => (seen.has(r.runId) ? false : (seen.add(r.runId), true)));
   uniqueRuns.sort((a, b) => b.startedAt.localeCompare(a.startedAt));
   findings.sort((a, b) => b.at.localeCompare(a.at));
-  return { runs: uniqueRuns.slice(0, 1000), skips: mergeSkips(skips), findings: findings.slice(0, 1000), silences: [...silences.values()], targets };
+  return { runs: uniqueRuns.slice(0, 1000), skips: mergeSkips(skips), findings: findings.slice(0, 1000), silences: [...silences.values()], targets, latest };
+}
+
+/**
+ * A finding whose marker decrypted but whose planting row its own store did not hold (planted through another
+ * shard, or before a store was replaced) names only the request number: any of the stores read may hold that
+ * row. The first that does names the planter (and is named in `resolvedFrom`).
+ */
+function resolvePlanters(paths: readonly string[], findings: (StoredFinding & { store?: string })[]): void {
+  const open = findings.filter((f) => f.evidence.planted?.runId === undefined && f.evidence.planted?.requestNo !== undefined);
+  if (open.length === 0) return;
+  for (const path of paths) {
+    const store = openStore({ path, retentionMs: Number.MAX_SAFE_INTEGER, readonly: true });
+    try {
+      for (const f of open) {
+        const p = f.evidence.planted!;
+        if (p.runId !== undefined) continue;
+        const row = store.findPlanting(p.requestNo!);
+        if (row === undefined) continue;
+        f.evidence = {
+          ...f.evidence,
+          planted: {
+            requestNo: row.requestNo, runId: row.runId, requestId: row.requestId, role: row.role, tenant: row.tenant, at: row.plantedAt,
+            by: 'earlier-run', ...(row.target !== undefined ? { target: row.target } : {}), resolvedFrom: path,
+          },
+        };
+      }
+    } finally {
+      store.close();
+    }
+  }
 }
 
 /** One entry per target and reason: counts added (each store holds its own skips), the earliest first and the latest latest. */

@@ -5,7 +5,7 @@
  */
 import { EXIT, type ExitCode } from '../exit-codes.js';
 import { atLeast, FINDING_KINDS, type Finding, type Severity } from '../probe/findings.js';
-import { combineOutcomes, type Outcome, type ProbeRun, type ScenarioResult } from '../probe/result.js';
+import { BEHAVIOURAL_SCENARIOS, combineOutcomes, outcomeWithoutFindings, type Outcome, type ProbeRun, type ScenarioResult } from '../probe/result.js';
 import { silenceOf, type Silence } from '../service/silences.js';
 import { oneLine } from '../terminal-text.js';
 
@@ -14,20 +14,34 @@ function gating(s: ScenarioResult, failOn: Severity): Finding[] {
   return s.findings.filter((f) => f.acknowledged === undefined && atLeast(f.severity, failOn));
 }
 
-/** A scenario as the gate sees it: findings below `--fail-on`, or acknowledged, are listed but do not fail it. */
+/**
+ * A scenario as the gate sees it: findings below `--fail-on`, or acknowledged, are listed but do not fail it;
+ * the scenario then counts as what it established apart from them — never a pass if it stopped at a finding.
+ */
 function gated(s: ScenarioResult, failOn: Severity): Outcome {
   if (gating(s, failOn).length > 0) return 'fail';
-  return s.outcome === 'fail' ? 'pass' : s.outcome;
+  return outcomeWithoutFindings(s);
 }
 
 const acknowledgedCount = (s: ScenarioResult): number => s.findings.filter((f) => f.acknowledged !== undefined).length;
 
-/** 1 for a finding at or above `failOn`; otherwise the run's outcome with lesser findings set aside. */
+/**
+ * 1 for a finding at or above `failOn`; otherwise the run's outcome with lesser findings set aside: 0 only
+ * for a pass (a behavioural scenario passed, every other applicable one too), 2 for everything else.
+ */
 export function exitCodeFor(run: ProbeRun, failOn: Severity): ExitCode {
   const outcome = combineOutcomes(run.scenarios.map((s) => ({ name: s.name, outcome: gated(s, failOn) })));
   if (outcome === 'fail') return EXIT.fail;
   if (outcome === 'pass') return EXIT.pass;
-  return EXIT.inconclusive;  // inconclusive, or nothing applicable: isolation was not established
+  return EXIT.inconclusive;  // inconclusive, partial or nothing applicable: isolation was not established
+}
+
+/** Why a partial run is not a pass, in one line. */
+function partialWhy(run: ProbeRun): string {
+  const ran = run.scenarios.filter((s) => BEHAVIOURAL_SCENARIOS.includes(s.name));
+  return ran.length === 0
+    ? `no behavioural scenario (${BEHAVIOURAL_SCENARIOS.join(', ')}) was run: isolation not established`
+    : `no behavioural scenario passed (${ran.map((s) => `${s.name} ${s.outcome}`).join(', ')}): isolation not established`;
 }
 
 function findingJson(f: Finding, silences: readonly Silence[]): object {
@@ -100,6 +114,7 @@ export function summaryTable(run: ProbeRun): string {
     const why = s.notes[0];
     if (why !== undefined) lines.push(`${s.name} ${s.outcome}: ${why}`);
   }
+  if (run.outcome === 'partial') lines.push(`PARTIAL: ${partialWhy(run)}`);
   return lines.join('\n');
 }
 
@@ -113,6 +128,7 @@ export function quietLine(run: ProbeRun): string {
   const ackedNote = acked > 0 ? `${acked} acknowledged finding(s)` : '';
   const head = `kvcanary run ${run.baseUrl}: ${run.outcome.toUpperCase()}`;
   if (run.outcome === 'fail') return `${head}: ${findings} finding(s)${acked > 0 ? `, ${ackedNote}` : ''}`;
+  if (run.outcome === 'partial') return `${head} (${partialWhy(run)})${acked > 0 ? `: ${ackedNote}` : ''}`;
   if (run.outcome !== 'inconclusive') return acked > 0 ? `${head}: ${ackedNote}` : head;
   const open = run.scenarios.filter((s) => s.outcome === 'inconclusive');
   const reasons = [...new Set(open.map((s) => s.reason).filter((r) => r !== undefined))];
@@ -143,15 +159,19 @@ export function toJunit(run: ProbeRun, failOn: Severity): string {
       const detail = [FINDING_KINDS[f.kind].summary, `what to do: ${FINDING_KINDS[f.kind].remediation}`, JSON.stringify(f.evidence)].join('\n');
       body.push(`      <failure type="${xml(f.kind)}" message="${xml(`${f.kind} [${f.severity}]`)}">${xml(detail)}</failure>`);
     }
-    if (s.outcome === 'not-applicable') body.push(`      <skipped message="${xml(`not applicable: ${s.notes[0] ?? ''}`)}"/>`);
-    if (s.outcome === 'inconclusive') body.push(`      <error type="inconclusive" message="${xml(`inconclusive${s.reason !== undefined ? ` (${s.reason})` : ''}: ${s.notes[0] ?? ''}`)}"/>`);
+    const shown = gated(s, failOn);
+    if (shown === 'not-applicable') body.push(`      <skipped message="${xml(`not applicable: ${s.notes[0] ?? ''}`)}"/>`);
+    if (shown === 'inconclusive') {
+      const why = s.outcome === 'fail' ? `stopped at a finding below --fail-on or acknowledged: isolation not established` : s.notes[0] ?? '';
+      body.push(`      <error type="inconclusive" message="${xml(`inconclusive${s.reason !== undefined ? ` (${s.reason})` : ''}: ${why}`)}"/>`);
+    }
     if (notes.length > 0) body.push(`      <system-out>${xml(notes)}</system-out>`);
     return `    <testcase classname="kvcanary.${xml(run.target)}" name="${xml(s.name)}" time="${(s.durationMs / 1000).toFixed(3)}">\n${body.join('\n')}${body.length > 0 ? '\n' : ''}    </testcase>`;
   });
   const count = (p: (s: ScenarioResult) => boolean): number => run.scenarios.filter(p).length;
   const failures = count((s) => gating(s, failOn).length > 0);
-  const errors = count((s) => s.outcome === 'inconclusive');
-  const skipped = count((s) => s.outcome === 'not-applicable');
+  const errors = count((s) => gated(s, failOn) === 'inconclusive');
+  const skipped = count((s) => gated(s, failOn) === 'not-applicable');
   const seconds = (Date.parse(run.finishedAt) - Date.parse(run.startedAt)) / 1000;
   return `<?xml version="1.0" encoding="UTF-8"?>
 <testsuites name="kvcanary" tests="${run.scenarios.length}" failures="${failures}" errors="${errors}" skipped="${skipped}">

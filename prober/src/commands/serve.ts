@@ -19,7 +19,7 @@ import { createProbe } from '../probe/probe.js';
 import type { ProbeRun } from '../probe/result.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
-import { createInstallationRegistry, persistPlantings } from '../service/installation.js';
+import { createInstallationRegistry, persistPlantings } from '../installation/registry.js';
 import { createKeyFiles } from '../service/key-files.js';
 import { createService, type ProbeDeps } from '../service/service.js';
 import { parseArgsMessage, UsageError } from './usage.js';

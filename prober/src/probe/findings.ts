@@ -74,11 +74,45 @@ export interface Evidence {
    * Which request planted the marker, and where/when, from the registry: `by` says whether it was this run
    * or an earlier one (any run or process of the installation); `target` where the planting's run is recorded.
    */
-  planted?: { runId: string; requestId: string; role: string; tenant: string; at: string; by?: 'this-run' | 'earlier-run' | 'unknown'; target?: string };
+  planted?: PlantedBy;
   /** Which request read it. */
   read?: { requestId: string; role: string; tenant: string; status?: number };
   /** Free-form numeric or short string facts (status codes, token counts, limits). */
   facts?: Record<string, string | number | boolean | null>;
+}
+
+/**
+ * Who planted a marker. `requestNo` is the planting request's number as the marker decrypts (hex), kept so
+ * another store (another shard, a backup) can name the planter later (`report --store A --store B`). With no
+ * planting row for it in this store, only `requestNo`, `by: 'unknown'` and `note` are set: never placeholder
+ * owner fields or dates.
+ */
+export interface PlantedBy {
+  requestNo?: string;
+  runId?: string;
+  requestId?: string;
+  role?: string;
+  tenant?: string;
+  at?: string;
+  by?: 'this-run' | 'earlier-run' | 'unknown';
+  target?: string;
+  /** For an unknown planter: "planted by request #N of this installation (not in this store)". */
+  note?: string;
+  /** `report` over several stores: the store whose planting row named the planter. */
+  resolvedFrom?: string;
+}
+
+/** The line an unresolved planter is shown with. */
+export function unknownPlanterNote(requestNo: string | undefined): string {
+  return requestNo === undefined
+    ? 'planted by a request of this installation (not in this store)'
+    : `planted by request #${requestNo} of this installation (not in this store)`;
+}
+
+/** Who planted it, in words: "tenant/role requestId at TIME", or the unknown planter's note. */
+export function plantedText(p: PlantedBy): string {
+  if (p.runId === undefined || p.requestId === undefined) return p.note ?? unknownPlanterNote(p.requestNo);
+  return `planted by ${p.tenant ?? '?'}/${p.role ?? '?'} ${p.requestId}${p.at !== undefined ? ` at ${p.at}` : ''}`;
 }
 
 export interface Finding {

@@ -3,11 +3,11 @@
  * probe directly. The service never looks inside a probe: it schedules, bounds (time, tokens, concurrency)
  * and records what comes back.
  */
-import type { TargetConfig } from '../service/config.js';
+import type { ProbeTarget } from './probe-target.js';
 import type { ProbeRun } from './result.js';
 
 export interface ProbeRequest {
-  target: TargetConfig;
+  target: ProbeTarget;
   /** Scenario names to run this call (the scheduler passes one scenario per call; `run` may pass several). */
   scenarios: string[];
   runId: string;
@@ -15,6 +15,19 @@ export interface ProbeRequest {
   signal: AbortSignal;
   /** Remaining token budget the probe may spend (the probe reports what it spent in tokens.sent/billed). */
   tokenBudget: number;
+  /**
+   * Beyond `tokenBudget`, what more the caller can grant now (the scheduler: what the target's hourly budget
+   * has left over and above what the cycle's other scenarios are expected to need). A scenario is cut short
+   * for the budget only when this is exhausted too.
+   */
+  moreBudget?: BudgetReserve;
+}
+
+export interface BudgetReserve {
+  /** Tokens that could be granted now. */
+  spare(): number;
+  /** Takes `tokens` more for this probe; false (nothing taken) if they are not spare. */
+  take(tokens: number): boolean;
 }
 
 export type ProbeFn = (req: ProbeRequest) => Promise<ProbeRun>;

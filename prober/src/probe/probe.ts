@@ -7,9 +7,9 @@
 import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import type { TargetConfig } from '../service/config.js';
+import type { ProbeTarget } from './probe-target.js';
 import type { MarkerEntry, MarkerRegistry } from './marker-registry.js';
-import type { ProbeFn, ProbeRequest } from './probe-fn.js';
+import type { BudgetReserve, ProbeFn, ProbeRequest } from './probe-fn.js';
 import { combineOutcomes, type ProbeRun, type ScenarioResult } from './result.js';
 import type { Scanner } from './scanner.js';
 import type { ProbeTuning, ScenarioContext, Tenant, TokenBudget } from './scenarios/context.js';
@@ -92,7 +92,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         scanner: deps.scanner,
         secrets: redactor.secrets,
         signal: cycle.signal,
-        budget: tokenBudget(req.tokenBudget),
+        budget: tokenBudget(req.tokenBudget, req.moreBudget),
         tuning,
         calibration: { tried: false },
         prefixReuse: {},
@@ -160,7 +160,7 @@ function readKeyFileNow(file: string): string | undefined {
   }
 }
 
-function buildTenants(target: TargetConfig, env: Record<string, string | undefined>, timeoutMs: number, signal: AbortSignal, liveness: Liveness,
+function buildTenants(target: ProbeTarget, env: Record<string, string | undefined>, timeoutMs: number, signal: AbortSignal, liveness: Liveness,
   readKeyFile: (file: string) => string | undefined): Tenant[] {
   const keyOf = (name: string | undefined, file?: string): string | undefined =>
     (file !== undefined ? readKeyFile(file) : name === undefined ? undefined : env[name] || undefined);
@@ -183,12 +183,18 @@ function buildTenants(target: TargetConfig, env: Record<string, string | undefin
     t.cacheSalt !== undefined ? { cache_salt: t.cacheSalt } : {}));
 }
 
-function tokenBudget(limit: number): TokenBudget {
+/** The probe's budget: its grant, topped up from `more` (the scheduler's spare tokens) when a spend would pass it. */
+function tokenBudget(grant: number, more?: BudgetReserve): TokenBudget {
+  let limit = grant;
   let spent = 0;
   return {
-    remaining: () => Math.max(0, limit - spent),
+    remaining: () => Math.max(0, limit - spent) + Math.max(0, more?.spare() ?? 0),
     spend(tokens) {
-      if (spent + tokens > limit) return false;
+      const over = spent + tokens - limit;
+      if (over > 0) {
+        if (more === undefined || !more.take(over)) return false;
+        limit += over;
+      }
       spent += tokens;
       return true;
     },

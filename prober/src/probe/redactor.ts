@@ -47,7 +47,7 @@ export function createRedactor(secrets: Iterable<string | undefined>): Redactor 
   return { secrets: list, text, deep: <T>(value: T): T => deep(value, 0) as T };
 }
 
-/** What a target's config refers to that is secret. Shape-compatible with TargetConfig. */
+/** What a target's config refers to that is secret. Shape-compatible with ProbeTarget. */
 export interface SecretSources {
   baseUrl: string;
   apiKeyEnv?: string;

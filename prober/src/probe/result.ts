@@ -12,6 +12,15 @@ export type Outcome = 'pass' | 'fail' | 'inconclusive' | 'not-applicable';
 export const OUTCOMES: readonly Outcome[] = ['pass', 'fail', 'inconclusive', 'not-applicable'];
 
 /**
+ * A whole run's (or `serve` cycle's) outcome: a scenario's four, plus `partial` — every scenario it ran that
+ * applied passed, but no behavioural scenario passed in it (a cycle of cheap checks only, or
+ * `run --scenario prefix-isolation`). Partial is never a pass: isolation was not established by this run.
+ */
+export type RunOutcome = Outcome | 'partial';
+
+export const RUN_OUTCOMES: readonly RunOutcome[] = [...OUTCOMES, 'partial'];
+
+/**
  * Scenarios that judge isolation by the endpoint's behaviour under stress. A run passes only if at least one
  * of them passed: the others (configuration audit, prefix-cache scenarios) may be not-applicable.
  */
@@ -73,6 +82,11 @@ export interface ScenarioResult {
   power?: Power;
   /** Inconclusive for a reason of the prober's own (budget, deadline) rather than the endpoint's. */
   reason?: InconclusiveReason;
+  /**
+   * A failed scenario: what it established apart from its findings (`inconclusive` when it stopped at the
+   * first one). Used when findings are set aside (`--fail-on`, silences): see outcomeWithoutFindings.
+   */
+  withoutFindings?: Exclude<Outcome, 'fail'>;
 }
 
 /** c = 1 - (1 - r)^N. */
@@ -87,18 +101,28 @@ export function trialsFor(detectableRate: number, confidence: number): number {
 }
 
 /**
- * One run's verdict from its scenarios: fail beats inconclusive. Pass needs every applicable scenario
- * passed, at least one pass, and — where a behavioural scenario was run — at least one behavioural pass.
- * Not-applicable never counts as a pass; a run of nothing but not-applicable scenarios is not-applicable.
+ * The one overall rule, for a run or a cycle (the target's standing in `serve` adds freshness on top:
+ * service/target-verdict.ts): fail beats inconclusive; `pass` needs at least one behavioural scenario
+ * passed and every other applicable one passed. Everything applicable passed but no behavioural pass among
+ * them (none was run, or the ones run were not applicable) is `partial`, never a pass. Not-applicable never
+ * counts as a pass; a run of nothing but not-applicable scenarios is not-applicable.
  */
-export function combineOutcomes(scenarios: readonly { name: string; outcome: Outcome }[]): Outcome {
+export function combineOutcomes(scenarios: readonly { name: string; outcome: Outcome }[]): RunOutcome {
   const outcomes = scenarios.map((s) => s.outcome);
   if (outcomes.includes('fail')) return 'fail';
   if (outcomes.length === 0 || outcomes.includes('inconclusive')) return 'inconclusive';
   if (!outcomes.includes('pass')) return 'not-applicable';
-  const behavioural = scenarios.filter((s) => BEHAVIOURAL_SCENARIOS.includes(s.name));
-  if (behavioural.length > 0 && !behavioural.some((s) => s.outcome === 'pass')) return 'inconclusive';
-  return 'pass';
+  return scenarios.some((s) => s.outcome === 'pass' && BEHAVIOURAL_SCENARIOS.includes(s.name)) ? 'pass' : 'partial';
+}
+
+/**
+ * What a failed scenario counts as once its findings are set aside (below `--fail-on`, or acknowledged by a
+ * silence): what the scenario itself established apart from them (`withoutFindings`), which is never a pass
+ * for a scenario that stopped at its first finding (the race scenarios: their power was not reached).
+ * Unknown (a result from elsewhere) is inconclusive.
+ */
+export function outcomeWithoutFindings(s: Pick<ScenarioResult, 'outcome' | 'withoutFindings'>): Exclude<Outcome, 'fail'> {
+  return s.outcome === 'fail' ? s.withoutFindings ?? 'inconclusive' : s.outcome;
 }
 
 /** One probe cycle against one target: what `run` prints and what `serve` stores and exports. */
@@ -110,7 +134,7 @@ export interface ProbeRun {
   model: string;
   startedAt: string;   // ISO 8601
   finishedAt: string;
-  outcome: Outcome;
+  outcome: RunOutcome;
   scenarios: ScenarioResult[];
   /** What introspection learnt about the target (absent fields: not exposed). */
   capacity: { contextTokens?: number; poolTokens?: number; pageSize?: number };

@@ -83,8 +83,8 @@ export interface MarkerMatch {
   bodyOffset: number;
   /** `kvcanary-` (or `kvcanary`), any case, immediately precedes a fragment that starts the body. */
   prefixed: boolean;
-  /** Who planted the marker. */
-  owner: MarkerOwner;
+  /** Who planted the marker, with the planting request's number where the marker decrypted. */
+  owner: MarkerOwner & { requestNo?: string };
   /** Planted by the reading request itself: expected echo, never a finding. */
   self: boolean;
   /** Planted by another request, in this run or an earlier one. */
@@ -610,6 +610,7 @@ class Session implements ScanSession {
         tenant: p.entry.tenant,
         plantedAt: p.entry.plantedAt,
         ...(p.entry.target !== undefined ? { target: p.entry.target } : {}),
+        ...(p.entry.requestNo !== undefined ? { requestNo: p.entry.requestNo } : {}),
       },
       self: p.self,
       foreign: !p.self,

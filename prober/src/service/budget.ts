@@ -23,6 +23,8 @@ export function costOf(tokens: { sent: number; billed: number }): number {
 
 export interface Reservation {
   readonly amount: number;
+  /** Holds `tokens` more (a probe drew beyond its grant: TokenBudget.spare says what may be). */
+  grow(tokens: number): void;
   /** Releases the reservation and charges what was really spent at `at` (unix ms). */
   settle(spent: number, at: number): void;
 }
@@ -103,12 +105,30 @@ export class TokenBudget {
     return Math.floor(available * (weight(scenario) / Math.max(total, weight(scenario))));
   }
 
+  /**
+   * What a running scenario may draw beyond its grant now: what is available less what the cycle's scenarios
+   * not yet started are expected to need (their last cost; one never run, an equal share of the hourly limit
+   * among the `cycleSize` scenarios of the cycle). A first cycle has no costs to share by, so its grants are
+   * equal shares, and a scenario that costs more than its share (abort-race at 4,096-token planters) draws
+   * the rest from here instead of being cut short with most of the budget unspent.
+   */
+  spare(unstarted: readonly string[], cycleSize: number, now: number): number {
+    const share = this.limit / Math.max(1, cycleSize);
+    const expected = unstarted.reduce((a, s) => a + (this.lastCost.get(s) ?? share), 0);
+    return Math.max(0, this.available(now) - expected);
+  }
+
   reserve(amount: number): Reservation {
-    const held = Math.max(0, amount);
+    let held = Math.max(0, amount);
     this.reserved += held;
     let settled = false;
     return {
-      amount: held,
+      get amount() { return held; },
+      grow: (tokens) => {
+        if (settled || !(tokens > 0)) return;
+        held += tokens;
+        this.reserved += tokens;
+      },
       settle: (spent, at) => {
         if (settled) return;
         settled = true;

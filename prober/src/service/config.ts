@@ -69,6 +69,7 @@ import { open } from 'node:fs/promises';
 import path from 'node:path';
 import { parseDocument } from 'yaml';
 import type { ProbeTuning } from '../probe/scenarios/context.js';
+import type { ProbeTarget, ProbeTenant } from '../probe/probe-target.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS, MAX_CONFIG_BYTES, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS, MAX_SHUTDOWN_GRACE_MS, MAX_TARGETS } from '../bounds.js';
 import { describeValue, shownKey, shownPath, shownString } from '../shown-value.js';
 import { targetSecrets } from '../probe/redactor.js';
@@ -96,33 +97,19 @@ export interface BudgetConfig {
   tokensPerHour: number;
 }
 
-export interface TenantConfig {
-  name: string;
-  /** Name of the environment variable that holds this tenant's API key (validated to be set). */
-  apiKeyEnv?: string;
-  /** Absolute path of a file holding the key (re-read when it changes: key-files.ts). */
-  apiKeyFile?: string;
-  cacheSalt?: string;
-}
+/** A tenant as the config gives it: the probe's ProbeTenant (probe/probe-target.ts). */
+export type TenantConfig = ProbeTenant;
 
-export interface TargetConfig {
+/**
+ * A target as the config gives it: what the probe needs (ProbeTarget: name, base URL, model, keys, headers,
+ * tenants, tuning, deadline) and what only the schedule uses.
+ */
+export interface TargetConfig extends ProbeTarget {
   /** Low-cardinality label value, unique within the config. */
   name: string;
-  baseUrl: string;
-  model?: string;
-  /** Name of the environment variable that holds the API key (validated to be set); never the key itself. */
-  apiKeyEnv?: string;
-  /** Absolute path of a file holding the API key, re-read when it changes (rotation without a restart). */
-  apiKeyFile?: string;
-  headers: Record<string, string>;
-  tenants: TenantConfig[];
   schedule: ScheduleConfig;
   budget: BudgetConfig;
   scenarios: string[];
-  /** Probe tuning for this target (the top-level `probe` merged with the target's own). */
-  tuning?: ProbeTuning;
-  /** `deadline:` the whole cycle ends (inconclusive with what it had) after this; at most the schedule timeout. */
-  deadlineMs?: number;
 }
 
 export interface ServiceConfig {

@@ -150,7 +150,17 @@ async function callProbe(cycle: Cycle, scenario: string): Promise<CallResult> {
     return { kind: 'ran', run: undefined, results: [{ ...inconclusive(scenario, 'not run: the token budget for this hour is spent (the prober\'s limit, not the endpoint\'s fault)', 0), reason: 'budget' }] };
   }
   const lease = budget.reserve(grant);
-  const call = Promise.resolve().then(() => deps.probe({ target, scenarios: [scenario], runId, signal, tokenBudget: grant }));
+  // Beyond its grant, the scenario may draw what the cycle's unstarted scenarios are not expected to need.
+  const spare = (): number => budget.spare([...cycle.unstarted], cycle.input.due.length, clock.now());
+  const moreBudget = {
+    spare,
+    take: (tokens: number): boolean => {
+      if (tokens > spare()) return false;
+      lease.grow(tokens);
+      return true;
+    },
+  };
+  const call = Promise.resolve().then(() => deps.probe({ target, scenarios: [scenario], runId, signal, tokenBudget: grant, moreBudget }));
   call.then((run) => {
     let spent = 0;
     for (const s of run.scenarios) {

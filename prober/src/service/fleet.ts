@@ -18,7 +18,12 @@ export interface FleetTarget {
   name: string;
   baseUrl: string;
   shard: string;
+  /** The last cycle's own outcome (`partial` for a cycle of cheap checks that passed). */
   lastOutcome: string | null;
+  /** The target's standing by the overall rule: `pass` only while its behavioural scenarios passed within their intervals. */
+  verdict: string;
+  /** Why the standing is not a pass. */
+  verdictReasons: string[];
 }
 
 export interface FleetStatus {
@@ -108,8 +113,14 @@ export function createFleet(opts: FleetOptions): Fleet {
       metrics.setTargetInfo(label, targets.map((t) => ({ target: t.name, source: sourceOf.get(t.name)?.source ?? t.name, labels: sourceOf.get(t.name)?.labels ?? {} })));
     },
     apiTargets(targets, loops) {
-      const outcome = new Map(loops.map((l) => [l.target, l.lastOutcome ?? null]));
-      return targets.map((t) => ({ name: t.name, baseUrl: t.baseUrl, shard: label, lastOutcome: outcome.get(t.name) ?? null }));
+      const byName = new Map(loops.map((l) => [l.target, l]));
+      return targets.map((t) => {
+        const l = byName.get(t.name);
+        return {
+          name: t.name, baseUrl: t.baseUrl, shard: label, lastOutcome: l?.lastOutcome ?? null,
+          verdict: l?.verdict?.outcome ?? 'none', verdictReasons: l?.verdict?.reasons ?? ['no completed run yet'],
+        };
+      });
     },
     status(targets) {
       return { shard: label, targets: targets.length, sources: discovery.status() };

@@ -22,12 +22,13 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { FINDING_KINDS, type Finding, type FindingKind } from '../probe/findings.js';
 import { CompactHistogram } from './compact-histogram.js';
-import { OUTCOMES, type Outcome, type ProbeRun, type TransportClass } from '../probe/result.js';
+import { OUTCOMES, RUN_OUTCOMES, type Outcome, type ProbeRun, type TransportClass } from '../probe/result.js';
+import { TARGET_STANDINGS, type TargetStanding } from './target-verdict.js';
 
 export { OUTCOMES };
 
 /** Prometheus label values use underscores: `not-applicable` is exported as `not_applicable`. */
-export function outcomeLabel(o: Outcome): string {
+export function outcomeLabel(o: string): string {
   return o.replace('-', '_');
 }
 export const TRANSPORTS: readonly TransportClass[] = ['ok', 'http-4xx', 'http-5xx', 'refused', 'reset', 'timeout', 'aborted', 'malformed', 'too-large'];
@@ -45,6 +46,8 @@ export function roleLabel(role: string): string {
 export interface Metrics {
   probeRuns: Counter<'target' | 'scenario' | 'outcome'>;
   probeCycles: Counter<'target' | 'outcome'>;
+  /** The target's standing by the overall rule (target-verdict.ts): a state set. */
+  targetVerdict: Gauge<'target' | 'outcome'>;
   findings: Counter<'target' | 'scenario' | 'kind' | 'severity'>;
   /** Findings a silence acknowledged (silences.ts): counted here instead of in `findings`, so they do not page. */
   findingsAcknowledged: Counter<'target' | 'scenario' | 'kind' | 'severity'>;
@@ -79,7 +82,8 @@ export function createMetrics(registry: Registry): Metrics {
   const registers = [registry];
   return {
     probeRuns: new Counter({ name: 'kvcanary_probe_runs_total', help: 'Scenario runs completed, by outcome (inconclusive is never a pass).', labelNames: ['target', 'scenario', 'outcome'], registers }),
-    probeCycles: new Counter({ name: 'kvcanary_probe_cycles_total', help: 'Whole probe cycles (all scenarios of one run), by combined outcome.', labelNames: ['target', 'outcome'], registers }),
+    probeCycles: new Counter({ name: 'kvcanary_probe_cycles_total', help: 'Whole probe cycles (all scenarios of one run), by combined outcome: pass needs a behavioural scenario passed; a cycle of cheap checks that passed is partial.', labelNames: ['target', 'outcome'], registers }),
+    targetVerdict: new Gauge({ name: 'kvcanary_target_verdict', help: 'State set: 1 for the target\'s standing by the overall rule (pass only while its behavioural scenarios passed within their intervals and nothing applicable failed; partial, inconclusive, fail, not_applicable, none), 0 for the others.', labelNames: ['target', 'outcome'], registers }),
     findings: new Counter({ name: 'kvcanary_findings_total', help: 'Findings, by kind and severity.', labelNames: ['target', 'scenario', 'kind', 'severity'], registers }),
     findingsAcknowledged: new Counter({ name: 'kvcanary_findings_acknowledged_total', help: 'Findings matched by a silence (kvcanary ack or the config\'s silences): recorded, not paged.', labelNames: ['target', 'scenario', 'kind', 'severity'], registers }),
     probeDuration: new CompactHistogram({ name: 'kvcanary_probe_duration_seconds', help: 'Scenario wall time.', labelNames: ['target', 'scenario'], buckets: [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600], registers }),
@@ -111,7 +115,7 @@ const key = (target: string, scenario: string): string => `${target}\u0000${scen
  * resets a count.
  */
 export function initTargetMetrics(m: Metrics, target: string, scenarios: readonly string[]): void {
-  for (const outcome of OUTCOMES) m.probeCycles.inc({ target, outcome: outcomeLabel(outcome) }, 0);
+  for (const outcome of RUN_OUTCOMES) m.probeCycles.inc({ target, outcome: outcomeLabel(outcome) }, 0);
   for (const reason of SKIP_REASONS) m.runsSkipped.inc({ target, reason }, 0);
   for (const scenario of scenarios) {
     for (const outcome of OUTCOMES) m.probeRuns.inc({ target, scenario, outcome: outcomeLabel(outcome) }, 0);
@@ -167,7 +171,7 @@ export function seedScenarioState(
 export async function forgetTarget(m: Metrics, target: string): Promise<void> {
   const all = [m.probeRuns, m.probeCycles, m.findings, m.findingsAcknowledged, m.probeDuration, m.requestDuration, m.timeToFirstToken, m.requests,
     m.tokensSent, m.tokensBilled, m.lastRunTimestamp, m.lastRunOutcome, m.inconclusiveStreak, m.lastRunFindings, m.contextLimit, m.poolCapacity,
-    m.targetUp, m.runsSkipped, m.budgetRemaining] as const;
+    m.targetUp, m.runsSkipped, m.budgetRemaining, m.targetVerdict] as const;
   for (const metric of all) {
     const { values } = await metric.get();
     const seen = new Set<string>();
@@ -211,6 +215,11 @@ export function observeFindings(m: Metrics, target: string, findings: readonly F
     const kind: FindingKind | 'unknown' = Object.hasOwn(FINDING_KINDS, f.kind) ? f.kind : 'unknown';
     (f.acknowledged === undefined ? m.findings : m.findingsAcknowledged).inc({ target, scenario: f.scenario, kind, severity: f.severity });
   }
+}
+
+/** Sets the target's standing (a state set over every standing). */
+export function observeVerdict(m: Metrics, target: string, standing: TargetStanding): void {
+  for (const s of TARGET_STANDINGS) m.targetVerdict.set({ target, outcome: outcomeLabel(s) }, s === standing ? 1 : 0);
 }
 
 /** Updates every metric from one completed probe cycle. */

@@ -66,3 +66,14 @@ export function runsOver(target: Scheduled, spanMs: number): Map<string, number>
   }
   return runs;
 }
+
+/**
+ * How long a scenario's latest pass counts towards its target's standing (target-verdict.ts): its interval
+ * (its tier, else the cycle interval) plus a grace of one more cycle with its jitter and timeout — a scenario
+ * due is started within half a cycle and may run until the timeout.
+ */
+export function freshnessMs(target: { schedule: Pick<ScheduleConfig, 'intervalMs' | 'scenarioIntervalsMs' | 'jitterMs' | 'timeoutMs'> }, scenario: string): number {
+  const { intervalMs, jitterMs, timeoutMs } = target.schedule;
+  const tier = target.schedule.scenarioIntervalsMs?.[scenario];
+  return Math.max(intervalMs, tier ?? 0) + intervalMs + jitterMs + timeoutMs;
+}

@@ -19,14 +19,14 @@ import type { Logger } from 'pino';
 import { systemClock, type Clock } from './clock.js';
 import type { ServiceConfig, TargetConfig } from './config.js';
 import { startCycle, type CycleResult } from './cycle-runner.js';
-import { forgetTarget, initTargetMetrics, type Metrics, type SkipReason } from './metrics.js';
+import { forgetTarget, initTargetMetrics, observeVerdict, type Metrics, type SkipReason } from './metrics.js';
 import type { ProbeFn } from '../probe/probe-fn.js';
 import type { ProbeRun } from '../probe/result.js';
 import { createRecorder } from './run-recording.js';
 import type { HealthReport, LoopState } from './server.js';
 import type { Store } from './store.js';
 import { createTargetBudgets, warnBudget } from './target-budgets.js';
-import { admit, createLoopTimers, holdForAbandoned, loopState, newLoop, noteSkip, skipRecord, type Loop } from './target-loop.js';
+import { admit, createLoopTimers, holdForAbandoned, loopState, loopVerdict, newLoop, noteResults, noteSkip, skipRecord, type Loop } from './target-loop.js';
 
 export { systemClock, type Clock } from './clock.js';
 
@@ -87,6 +87,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     budgets.of(t);
     initTargetMetrics(metrics, t.name, t.scenarios);
     budgets.show(t.name);
+    showVerdict(loop);
     return loop;
   }
 
@@ -98,10 +99,16 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     recorder.recordSkip(loop.target.name, record, fields);
   }
 
+  /** The target's standing, as the gauge shows it: refreshed at every due time and after every cycle (staleness needs no cycle). */
+  function showVerdict(loop: Loop): void {
+    if (!loop.removed) observeVerdict(metrics, loop.target.name, loopVerdict(loop, clock.now()).outcome);
+  }
+
   function trigger(loop: Loop): void {
     if (stopping || loop.removed) return;
     const now = clock.now();
     timers.anchor(loop, now);
+    showVerdict(loop);
     const admission = admit(loop, budgets.of(loop.target), now);
     if (admission.kind === 'run' || (admission.kind === 'skip' && admission.reason === 'budget')) budgets.show(loop.target.name);
     if (admission.kind === 'nothing-due') return;
@@ -134,6 +141,8 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     warnBudget(loop, run, logger);
     loop.lastRunAt = run.finishedAt;
     loop.lastOutcome = run.outcome;
+    noteResults(loop, run.scenarios, run.finishedAt);
+    showVerdict(loop);
     stored(await recorder.record(run));
   }
 
@@ -161,19 +170,25 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     budgets.of(t);
     initTargetMetrics(metrics, t.name, t.scenarios);
     budgets.show(t.name);
+    showVerdict(loop);
     if (started && !stopping && (scheduleChanged || revived)) timers.schedule(loop);
     logger.info({ target: t.name, scheduleChanged }, 'target config changed');
   }
 
-  const states = (): LoopState[] => [...loops.values()].filter((l) => !l.removed).map((l) => loopState(l, started && !stopping));
+  const states = (): LoopState[] => [...loops.values()].filter((l) => !l.removed).map((l) => loopState(l, started && !stopping, clock.now()));
 
   return {
     start() {
       if (started) return;
       started = true;
-      budgets.seed(store, (target, scenario, at) => loops.get(target)?.scenarioStarted.set(scenario, at));
+      budgets.seed(store, (target, scenario, at, latest) => {
+        const loop = loops.get(target);
+        loop?.scenarioStarted.set(scenario, at);
+        loop?.scenarioLatest.set(scenario, { scenario, outcome: latest.outcome, at: latest.at });
+      });
       for (const loop of loops.values()) {
         budgets.show(loop.target.name);
+        showVerdict(loop);
         timers.schedule(loop);
       }
       logger.info({ targets: [...loops.keys()] }, 'scheduler started');

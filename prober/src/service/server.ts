@@ -15,8 +15,11 @@ import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { formatDuration, parseDuration } from './config.js';
-import { FINDING_KINDS, isFindingKind } from '../probe/findings.js';
-import type { Outcome } from '../probe/result.js';
+import { FINDING_KINDS, isFindingKind, plantedText } from '../probe/findings.js';
+import type { RunOutcome } from '../probe/result.js';
+import { targetVerdict, type TargetVerdict } from './target-verdict.js';
+import { freshnessMs } from './scenario-schedule.js';
+import type { ScheduleConfig } from './config.js';
 import type { RunSummary, Store, StoredFinding, TargetLatest } from './store.js';
 import { groupThousands } from '../locale-free.js';
 import { writeExposition } from './metrics-exposition.js';
@@ -25,7 +28,10 @@ export interface LoopState {
   target: string;
   state: 'idle' | 'running' | 'stopped';
   lastRunAt?: string;
-  lastOutcome?: Outcome;
+  /** The last cycle's own outcome (a cycle of cheap checks that passed is `partial`). */
+  lastOutcome?: RunOutcome;
+  /** The target's standing by the overall rule (target-verdict.ts): what "is this target green" means. */
+  verdict?: TargetVerdict;
   nextRunAt?: string;
   /** Probe calls that ignored their abort and are still running (the target is held until they end). */
   abandoned: number;
@@ -58,6 +64,14 @@ export interface HealthReport {
   loops: LoopState[];
 }
 
+/** A configured target as the status page knows it: its schedule, when given, says how long a pass counts. */
+export interface ConfiguredTarget {
+  name: string;
+  baseUrl: string;
+  scenarios: readonly string[];
+  schedule?: Pick<ScheduleConfig, 'intervalMs' | 'scenarioIntervalsMs' | 'jitterMs' | 'timeoutMs'>;
+}
+
 export interface ServiceServerOptions {
   /** @default '127.0.0.1' */
   host?: string;
@@ -67,8 +81,8 @@ export interface ServiceServerOptions {
   store: Pick<Store, 'recentRuns' | 'findings' | 'latestPerTarget'>;
   /** Loop states for /healthz; 503 while the service stops. */
   health?: () => HealthReport;
-  /** Configured targets, so the page lists those that have not run yet. */
-  targets?: () => readonly { name: string; baseUrl: string; scenarios: readonly string[] }[];
+  /** Configured targets, so the page lists those that have not run yet; their schedule dates their standing. */
+  targets?: () => readonly ConfiguredTarget[];
   logger?: Logger;
   /** @default () => Date.now() */
   now?: () => number;
@@ -219,17 +233,27 @@ export function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 }
 
-const BADGE: Record<Outcome | 'none', { cls: string; text: string; title: string }> = {
+const BADGE: Record<RunOutcome | 'none', { cls: string; text: string; title: string }> = {
   pass: { cls: 'pass', text: 'PASS', title: 'isolation positively established by this probe' },
+  partial: { cls: 'partial', text: 'PARTIAL', title: 'every scenario run passed, but no behavioural scenario passed among them: isolation NOT established by this cycle (not a pass)' },
   fail: { cls: 'fail', text: 'FAIL', title: 'a finding: see the evidence below' },
   inconclusive: { cls: 'inconclusive', text: 'INCONCLUSIVE', title: 'isolation could NOT be established (errors, timeouts, nothing planted): not a pass' },
   'not-applicable': { cls: 'not-applicable', text: 'NOT APPLICABLE', title: 'the endpoint lacks the mechanism this scenario stresses (evidence in the notes): not a pass of this scenario' },
   none: { cls: 'none', text: 'NO RUN YET', title: 'no completed run of this scenario' },
 };
 
-function badge(o: Outcome | 'none'): string {
+function badge(o: RunOutcome | 'none', title?: string): string {
   const b = BADGE[o];
-  return `<span class="badge ${b.cls}" title="${escapeHtml(b.title)}">${b.text}</span>`;
+  return `<span class="badge ${b.cls}" title="${escapeHtml(title ?? b.title)}">${b.text}</span>`;
+}
+
+const CYCLE_PASS_TITLE = 'this cycle passed: a behavioural scenario passed and every other applicable one too';
+const STANDING_PASS_TITLE = 'isolation established: the behavioural scenarios passed within their intervals and nothing applicable failed';
+
+/** The target's standing by the overall rule (target-verdict.ts), with why it is not a pass. */
+function standingHtml(v: TargetVerdict): string {
+  const why = v.reasons.length > 0 ? ` <span class="notes">${v.reasons.slice(0, 4).map((r) => escapeHtml(r)).join('; ')}</span>` : '';
+  return `<p class="standing">target ${badge(v.outcome, v.outcome === 'pass' ? STANDING_PASS_TITLE : undefined)}${why}</p>`;
 }
 
 function ago(iso: string, now: number): string {
@@ -243,7 +267,9 @@ const MAX_EVIDENCE_SHOWN = 1200;
 
 function evidenceHtml(f: StoredFinding): string {
   // One line per field; strings as they are (escaped below), so an excerpt reads as text, not as JSON.
-  let text = Object.entries(f.evidence).map(([k, v]) => `${k}: ${typeof v === 'string' ? v : JSON.stringify(v)}`).join('\n');
+  let text = Object.entries(f.evidence).map(([k, v]) => (k === 'planted' && f.evidence.planted !== undefined
+    ? `${plantedText(f.evidence.planted)}${f.evidence.planted.runId !== undefined && f.evidence.planted.requestNo !== undefined ? ` (request #${f.evidence.planted.requestNo})` : ''}`
+    : `${k}: ${typeof v === 'string' ? v : JSON.stringify(v)}`)).join('\n');
   if (text.length > MAX_EVIDENCE_SHOWN) text = `${text.slice(0, MAX_EVIDENCE_SHOWN)}…`;
   return `<pre>${escapeHtml(text)}</pre>`;
 }
@@ -257,13 +283,20 @@ function remediationHtml(kind: string): string {
 interface PageInput {
   latest: TargetLatest[];
   findings: StoredFinding[];
-  configured: readonly { name: string; baseUrl: string; scenarios: readonly string[] }[];
+  configured: readonly ConfiguredTarget[];
   health: HealthReport | undefined;
   now: number;
   extraHtml?: string;
 }
 
-function targetSection(name: string, baseUrl: string, scenarios: readonly string[], latest: TargetLatest | undefined, health: HealthReport | undefined, now: number): string {
+function targetSection(t: ConfiguredTarget, latest: TargetLatest | undefined, health: HealthReport | undefined, now: number): string {
+  const { name, baseUrl, scenarios } = t;
+  const { schedule } = t;
+  // No schedule (a target no longer configured): its history is judged without freshness.
+  const verdict = targetVerdict({
+    scenarios, latest: latest?.scenarios ?? [], now,
+    freshForMs: (s) => (schedule === undefined ? Infinity : freshnessMs({ schedule }, s)),
+  });
   const last: RunSummary | undefined = latest?.lastRun;
   const loop = health?.loops.find((l) => l.target === name);
   const rows = new Map<string, string>();
@@ -285,10 +318,10 @@ function targetSection(name: string, baseUrl: string, scenarios: readonly string
     ? ' <span class="badge fail">POOL BELOW CONTEXT</span>' : '';
   const lastLine = last === undefined
     ? 'no completed cycle yet'
-    : `last cycle ${badge(last.outcome)} ${ago(last.finishedAt, now)} · model ${escapeHtml(last.model || '?')} · endpoint ${last.up ? 'reached' : '<b>not reached</b>'} · ${last.findingCount} finding${last.findingCount === 1 ? '' : 's'}`;
+    : `last cycle ${badge(last.outcome, last.outcome === 'pass' ? CYCLE_PASS_TITLE : undefined)} ${ago(last.finishedAt, now)} · model ${escapeHtml(last.model || '?')} · endpoint ${last.up ? 'reached' : '<b>not reached</b>'} · ${last.findingCount} finding${last.findingCount === 1 ? '' : 's'}`;
   const loopLine = loop === undefined ? '' : ` · loop ${escapeHtml(loop.state)}${loop.nextRunAt !== undefined ? `, next run ${escapeHtml(loop.nextRunAt)}` : ''}${loop.abandoned > 0 ? `, <b>${loop.abandoned} abandoned probe(s)</b>` : ''}`;
   return `<section><h2>${escapeHtml(name)} <small>${escapeHtml(baseUrl)}</small></h2>
-<p>${lastLine}${loopLine}</p>${skipsHtml(loop, now)}<p>${escapeHtml(capText)}${below}</p>
+${standingHtml(verdict)}<p>${lastLine}${loopLine}</p>${skipsHtml(loop, now)}<p>${escapeHtml(capText)}${below}</p>
 <table><thead><tr><th>scenario</th><th>latest outcome</th><th>when</th><th>notes</th></tr></thead><tbody>
 ${[...rows.values()].join('\n')}
 </tbody></table></section>`;
@@ -300,12 +333,12 @@ export function renderStatusPage(input: PageInput): string {
   const shown = new Set<string>();
   for (const t of input.configured) {
     shown.add(t.name);
-    sections.push(targetSection(t.name, t.baseUrl, t.scenarios, byName.get(t.name), input.health, input.now));
+    sections.push(targetSection(t, byName.get(t.name), input.health, input.now));
   }
   // Targets no longer configured still have history worth seeing.
   for (const t of input.latest) {
     if (shown.has(t.target)) continue;
-    sections.push(targetSection(t.target, t.lastRun.baseUrl, [], t, input.health, input.now).replace('</h2>', ' <small>(no longer configured)</small></h2>'));
+    sections.push(targetSection({ name: t.target, baseUrl: t.lastRun.baseUrl, scenarios: [] }, t, input.health, input.now).replace('</h2>', ' <small>(no longer configured)</small></h2>'));
   }
   const findingRows = input.findings.map((f) => `<tr class="sev-${escapeHtml(f.severity)}"><td>${ago(f.at, input.now)}</td><td>${escapeHtml(f.target)}</td>
 <td>${escapeHtml(f.scenario)}</td><td><b>${escapeHtml(f.kind)}</b>${f.acknowledged === undefined ? '' : `<br><span class="badge none" title="${escapeHtml(f.acknowledged)}">ACKNOWLEDGED</span> <small>${escapeHtml(f.acknowledged)}</small>`}</td><td>${escapeHtml(f.severity)}</td><td>${f.chance.toExponential(1)}</td><td>${evidenceHtml(f)}${remediationHtml(f.kind)}</td></tr>`);
@@ -319,7 +352,7 @@ h1{font-size:1.4em}h2{font-size:1.15em;margin-bottom:.2em}h2 small{font-weight:n
 section{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.6em 1em;margin-bottom:1em}
 table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #eee;padding:.3em .5em;text-align:left;vertical-align:top}
 .badge{display:inline-block;padding:.05em .5em;border-radius:3px;font-weight:bold;font-size:.85em;color:#fff}
-.pass{background:#1a7f37}.fail{background:#cf222e}.inconclusive{background:#bf8700}.not-applicable{background:#0969da}.none{background:#6e7781}
+.pass{background:#1a7f37}.fail{background:#cf222e}.inconclusive{background:#bf8700}.not-applicable{background:#0969da}.none{background:#6e7781}.partial{background:#8250df}
 .streak{color:#9a6700}.notes{color:#555;font-size:.9em}
 pre{margin:0;max-width:60em;white-space:pre-wrap;word-break:break-all;font-size:.85em;background:#f6f8fa;padding:.3em}
 .sev-critical td:first-child{border-left:4px solid #cf222e}.sev-high td:first-child{border-left:4px solid #e16f24}
@@ -327,7 +360,7 @@ pre{margin:0;max-width:60em;white-space:pre-wrap;word-break:break-all;font-size:
 .todo{margin:.3em 0 0;font-size:.9em}
 </style></head><body>
 <h1>kvcanary status</h1>
-${status}<p>Legend: ${badge('pass')} isolation established · ${badge('fail')} finding · ${badge('inconclusive')} could not be established (not a pass) · ${badge('not-applicable')} the endpoint lacks the mechanism (not a pass of that scenario) · ${badge('none')}
+${status}<p>Legend: ${badge('pass')} isolation established · ${badge('partial')} the cheap checks run passed, no behavioural pass (not a pass) · ${badge('fail')} finding · ${badge('inconclusive')} could not be established (not a pass) · ${badge('not-applicable')} the endpoint lacks the mechanism (not a pass of that scenario) · ${badge('none')}
 · <a href="/metrics">/metrics</a> · <a href="/api/runs">/api/runs</a> · <a href="/api/findings">/api/findings</a> · <a href="/healthz">/healthz</a></p>
 ${input.extraHtml ?? ''}${sections.length > 0 ? sections.join('\n') : '<p>No targets configured.</p>'}
 <section><h2>Latest findings</h2>

@@ -11,7 +11,7 @@
  */
 import { FINDING_KINDS, type Finding } from '../probe/findings.js';
 import type { ProbeFn } from '../probe/probe-fn.js';
-import { combineOutcomes, type ProbeRun } from '../probe/result.js';
+import { combineOutcomes, outcomeWithoutFindings, type ProbeRun } from '../probe/result.js';
 import { globMatch } from './glob.js';
 import { shownString } from '../shown-value.js';
 
@@ -100,7 +100,9 @@ export function applySilences(run: ProbeRun, silences: readonly Silence[], now: 
     const failing = findings.some((f) => f.acknowledged === undefined && f.severity !== 'info');
     return {
       ...s, findings,
-      outcome: s.outcome === 'fail' && !failing ? 'pass' as const : s.outcome,
+      // Set aside, the findings leave what the scenario established without them: never a pass for one that
+      // stopped at its first finding (result.ts outcomeWithoutFindings).
+      outcome: s.outcome === 'fail' && !failing ? outcomeWithoutFindings(s) : s.outcome,
       notes: [...s.notes, `${acked} finding(s) acknowledged: ${[...new Set(findings.flatMap((f) => (f.acknowledged === undefined ? [] : [f.acknowledged])))].join('; ')}`],
     };
   });

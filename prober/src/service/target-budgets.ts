@@ -10,7 +10,7 @@ import type { TargetConfig } from './config.js';
 import { budgetWarning } from './cycle-cost.js';
 import type { Metrics } from './metrics.js';
 import type { ProbeRun } from '../probe/result.js';
-import type { Store } from './store.js';
+import type { ScenarioLatest, Store } from './store.js';
 
 export interface TargetBudgets {
   /** The target's budget at its current limit (created on first use). */
@@ -21,7 +21,7 @@ export interface TargetBudgets {
    * Charges the store's spend within the last hour and the latest cost of each scenario; `started` learns when
    * each scenario last ran (so cost tiers carry over a restart). A store error is logged: budgets start empty.
    */
-  seed(store: Partial<Pick<Store, 'tokenSpend' | 'latestPerTarget'>>, started: (target: string, scenario: string, at: number) => void): void;
+  seed(store: Partial<Pick<Store, 'tokenSpend' | 'latestPerTarget'>>, started: (target: string, scenario: string, at: number, latest: ScenarioLatest) => void): void;
 }
 
 export function createTargetBudgets(deps: { metrics: Metrics; clock: Clock; logger: Logger; configured: (name: string) => boolean }): TargetBudgets {
@@ -47,7 +47,7 @@ export function createTargetBudgets(deps: { metrics: Metrics; clock: Clock; logg
           for (const s of t.scenarios) {
             budgets.get(t.target)?.noteCost(s.scenario, costOf(s.tokens));
             const at = Date.parse(s.at);
-            if (Number.isFinite(at)) started(t.target, s.scenario, at);
+            if (Number.isFinite(at)) started(t.target, s.scenario, at, s);
           }
         }
       } catch (err) {

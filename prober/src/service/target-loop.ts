@@ -12,9 +12,10 @@ import type { Clock } from './clock.js';
 import type { TargetConfig } from './config.js';
 import type { SkipReason } from './metrics.js';
 import type { Finding } from '../probe/findings.js';
-import type { Outcome } from '../probe/result.js';
+import type { RunOutcome } from '../probe/result.js';
 import type { AbandonedProbe } from './cycle-runner.js';
-import { dueScenarios } from './scenario-schedule.js';
+import { dueScenarios, freshnessMs } from './scenario-schedule.js';
+import { targetVerdict, type ScenarioStanding, type TargetVerdict } from './target-verdict.js';
 import type { LoopState, SkipRecord } from './server.js';
 
 export type CancelReason = 'timeout' | 'shutdown';
@@ -31,10 +32,12 @@ export interface Loop {
   cancelQueued: ((reason: CancelReason) => void) | undefined;
   abandoned: number;
   lastRunAt: string | undefined;
-  lastOutcome: Outcome | undefined;
+  lastOutcome: RunOutcome | undefined;
   removed: boolean;
   /** When each scenario last started (cost tiers: scenario-schedule.ts). */
   scenarioStarted: Map<string, number>;
+  /** Each scenario's latest result: what the target's standing is judged on (target-verdict.ts). */
+  scenarioLatest: Map<string, ScenarioStanding>;
   /** The sizes and limit the budget warning was last checked at. */
   budgetWarned?: string;
   /** Cycles (or scenarios of a cycle) not run, by reason, since this loop started; and the latest. */
@@ -46,7 +49,7 @@ export function newLoop(target: TargetConfig, perTargetConcurrency: number): Loo
   return {
     target, queue: new PQueue({ concurrency: perTargetConcurrency }), timer: undefined, nextAt: undefined,
     anchor: undefined, cycle: undefined, cancelQueued: undefined, abandoned: 0, lastRunAt: undefined, lastOutcome: undefined,
-    removed: false, scenarioStarted: new Map(), skipped: {},
+    removed: false, scenarioStarted: new Map(), scenarioLatest: new Map(), skipped: {},
   };
 }
 
@@ -146,12 +149,23 @@ export function holdForAbandoned(loop: Loop, abandoned: readonly AbandonedProbe[
   }
 }
 
+/** The target's standing by the overall rule, from each scenario's latest result and its freshness. */
+export function loopVerdict(l: Loop, now: number): TargetVerdict {
+  return targetVerdict({ scenarios: l.target.scenarios, latest: [...l.scenarioLatest.values()], freshForMs: (s) => freshnessMs(l.target, s), now });
+}
+
+/** Each scenario's latest result, from a finished run (a scenario of the run replaces its older result). */
+export function noteResults(l: Loop, scenarios: readonly { name: string; outcome: ScenarioStanding['outcome'] }[], at: string): void {
+  for (const s of scenarios) l.scenarioLatest.set(s.name, { scenario: s.name, outcome: s.outcome, at });
+}
+
 /** The loop as /healthz and the status page show it; `scheduling` is false before start() and once stopping. */
-export function loopState(l: Loop, scheduling: boolean): LoopState {
+export function loopState(l: Loop, scheduling: boolean, now: number): LoopState {
   const s: LoopState = {
     target: l.target.name,
     state: l.cycle !== undefined ? 'running' : scheduling ? 'idle' : 'stopped',
     abandoned: l.abandoned,
+    verdict: loopVerdict(l, now),
   };
   if (l.lastRunAt !== undefined) s.lastRunAt = l.lastRunAt;
   if (l.lastOutcome !== undefined) s.lastOutcome = l.lastOutcome;

@@ -2,7 +2,8 @@
  * One request to the target, scanned as it streams. Every response of every role goes through the
  * scanner: a leak can surface in a planter or a control as well as in a reader.
  */
-import { makeFinding, type Finding } from '../findings.js';
+import { makeFinding, unknownPlanterNote, type Finding, type PlantedBy } from '../findings.js';
+import { UNKNOWN_OWNER } from '../marker-registry.js';
 import type { RequestRecord } from '../result.js';
 import type { MarkerMatch } from '../scanner.js';
 import type { AbortAfter, CompletionResult, Prompt } from '../target/client.js';
@@ -110,6 +111,20 @@ export function sentBySelf(ex: Exchange, sent: Iterable<string>): Exchange {
   return echoed === 0 ? ex : { ...ex, foreign: ex.foreign.filter((m) => !own.has(m.marker)), selfEcho: ex.selfEcho + echoed };
 }
 
+/**
+ * The planter as evidence: the owner the registry found, with the decrypted request number; a marker that
+ * decrypts but whose planting this store does not hold has only its number (marker-registry.ts UNKNOWN_OWNER).
+ */
+export function plantedEvidence(owner: MarkerMatch['owner'], by: MarkerMatch['plantedBy']): PlantedBy {
+  const requestNo = owner.requestNo;
+  if (owner.runId === UNKNOWN_OWNER) return { ...(requestNo !== undefined ? { requestNo } : {}), by: 'unknown', note: unknownPlanterNote(requestNo) };
+  return {
+    ...(requestNo !== undefined ? { requestNo } : {}),
+    runId: owner.runId, requestId: owner.requestId, role: owner.role, tenant: owner.tenant, at: owner.plantedAt,
+    by, ...(owner.target !== undefined ? { target: owner.target } : {}),
+  };
+}
+
 /** One cross-request-leak finding per foreign marker seen in a response (its longest match stands for it). */
 export function leakFindings(scenario: string, ex: Exchange): Finding[] {
   const best = new Map<string, MarkerMatch>();
@@ -124,10 +139,7 @@ export function leakFindings(scenario: string, ex: Exchange): Finding[] {
       {
         match: m.fragment,
         excerpt: m.excerpt,
-        planted: {
-          runId: m.owner.runId, requestId: m.owner.requestId, role: m.owner.role, tenant: m.owner.tenant, at: m.owner.plantedAt,
-          by: m.plantedBy, ...(m.owner.target !== undefined ? { target: m.owner.target } : {}),
-        },
+        planted: plantedEvidence(m.owner, m.plantedBy),
         read: { requestId: ex.requestId, role: ex.record.role, tenant: ex.tenant, ...(ex.result.status !== undefined ? { status: ex.result.status } : {}) },
         facts: { exact: m.exact, matchedChars: m.length, bodyOffset: m.bodyOffset, prefixed: m.prefixed },
       },

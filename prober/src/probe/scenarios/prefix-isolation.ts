@@ -67,6 +67,12 @@ const DEFAULT_PREFIX_TOKENS = 512;
  */
 const UNREPORTED_TIMING_PAIRS = 24;
 const UNREPORTED_PREFIX_FACTOR = 4;
+/**
+ * Same-tenant controls served from cache (cached tokens above the baseline) that show the cache reuses
+ * prefixes. Under load (three replicas probed on two busy cores, other scenarios filling the pool) the
+ * bundled engine's controls hit in only 4-5 of 12 rounds: the prefix was evicted before the re-send.
+ */
+const CONTROL_HITS_SHOWING_REUSE = 3;
 /** Rounds of cached-token sharing between synthetic identities after which the scenario stops (cache_salt ignored). */
 const MOOT_AFTER = 2;
 
@@ -282,10 +288,15 @@ function tokenFacts(rounds: readonly Round[]) {
   const controlHits = controls.filter((r) => cachedOf(r.control)! > baselineA);
   const readers = rounds.filter((r) => cachedOf(r.reader) !== undefined);
   const shared = readers.filter((r) => cachedOf(r.reader)! > baselineB);
-  const tokensShowReuse = controls.length > 0 && controlHits.length * 2 >= controls.length;
+  // A control above the baseline is a fact (an exact re-send served from cache), not a vote: other load on
+  // the endpoint can evict a prefix between its send and its re-send, so misses say little. Reuse is shown
+  // by CONTROL_HITS_SHOWING_REUSE hits, or by half of fewer answered controls.
+  const tokensShowReuse = controls.length > 0 && controlHits.length >= Math.min(CONTROL_HITS_SHOWING_REUSE, Math.ceil(controls.length / 2));
+  /** B's reads in rounds whose control hit: the prefix was cached around B's read, so B's count speaks. */
+  const vouched = controlHits.filter((r) => cachedOf(r.reader) !== undefined);
   /** Cached tokens are trustworthy here (A's control reuse shows) and B got none: a timing effect for B contradicts them. */
-  const contradicts = tokensShowReuse && readers.length > 0 && shared.length === 0;
-  return { baselineA, baselineB, controls, controlHits, readers, shared, tokensShowReuse, contradicts };
+  const contradicts = tokensShowReuse && vouched.length > 0 && shared.length === 0;
+  return { baselineA, baselineB, controls, controlHits, readers, vouched, shared, tokensShowReuse, contradicts };
 }
 
 function pairsOf(rounds: readonly Round[], pick: (r: Round) => [Sent | undefined, Sent | undefined]): PairedSample[] {
@@ -309,7 +320,7 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
   out.note(`${rounds.length} round(s): ${answered}/${sent.length} requests answered`);
 
   // --- Cached tokens.
-  const { baselineA, baselineB, controls, controlHits, readers, shared, tokensShowReuse } = tokenFacts(rounds);
+  const { baselineA, baselineB, controls, controlHits, readers, vouched, shared, tokensShowReuse } = tokenFacts(rounds);
   const reported = sent.some((s) => okSent(s) && s.ex.result.usage?.cachedTokens !== undefined);
   if (controls.length > 0) {
     out.note(
@@ -394,8 +405,8 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
     );
   }
   // With trustworthy cached tokens B's count decides; otherwise only the timing test can speak for B.
-  const bChecked = tokensShowReuse ? readers.length > 0 : same.detected && cross.decidable;
-  if (controlReuse && !bChecked) reasons.push(`${b.name}'s reuse could not be observed (no cached_tokens on its reads, and no timing power)`);
+  const bChecked = tokensShowReuse ? vouched.length > 0 : same.detected && cross.decidable;
+  if (controlReuse && !bChecked) reasons.push(`${b.name}'s reuse could not be observed (no cached_tokens on its reads in a round whose control hit, and no timing power)`);
   const minPairs = minPairsFor(opts.alpha);
   if (!cross.decidable) reasons.push(`the timing test did not run: ${crossPairs.length} usable pair(s), ${minPairs} needed to reach alpha ${opts.alpha}`);
   for (const r of reasons) out.note(r);

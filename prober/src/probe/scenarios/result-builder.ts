@@ -57,6 +57,7 @@ export class ResultBuilder {
       durationMs: Math.round(this.ctx.now() - this.#start),
       ...(this.power !== undefined ? { power: this.power } : {}),
       ...(this.reason !== undefined && outcome === 'inconclusive' ? { reason: this.reason } : {}),
+      ...(outcome === 'fail' ? { withoutFindings: outcomeIfClean } : {}),
     };
   }
 }

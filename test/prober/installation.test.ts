@@ -3,7 +3,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DEFAULT_MAX_RECENT_MARKERS } from '../../prober/src/probe/marker-registry.js';
-import { InstallationError, createInstallationRegistry, installationHome, loadMarkerKey, markerKeyPath, persistPlantings, recentMarkersFrom, runStorePath } from '../../prober/src/service/installation.js';
+import { installationHome, markerKeyPath, runStorePath } from '../../prober/src/installation/home.js';
+import { InstallationError } from '../../prober/src/installation/installation-error.js';
+import { loadMarkerKey } from '../../prober/src/installation/marker-key.js';
+import { createInstallationRegistry, persistPlantings, recentMarkersFrom } from '../../prober/src/installation/registry.js';
 import { openStore } from '../../prober/src/service/store.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'kvc-installation-'));
