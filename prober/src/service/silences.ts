@@ -65,7 +65,7 @@ export function isActive(s: Silence, now: number): boolean {
 }
 
 /** The first active silence matching the finding; `target` may be several names the run is known by. */
-export function matchSilence(silences: readonly Silence[], target: string | readonly string[], f: Finding, now: number): Silence | undefined {
+export function matchSilence(silences: readonly Silence[], target: string | readonly string[], f: Pick<Finding, 'kind' | 'scenario'>, now: number): Silence | undefined {
   const names = typeof target === 'string' ? [target] : target;
   return silences.find((s) => isActive(s, now) && (s.kind === '*' || s.kind === f.kind)
     && (s.scenario === undefined || s.scenario === f.scenario) && names.some((n) => globMatch(s.target, n)));
