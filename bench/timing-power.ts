@@ -1,5 +1,6 @@
 /**
- * `npm run bench:timing [-- --cycles N] [--json FILE]`
+ * `npm run bench:timing [-- --cycles N] [--json FILE]`; `-- --absence`: the absence-of-reuse judgement's
+ * stated detection limit, checked on a fast and a slow noisy front (bench/timing-absence.ts).
  *
  * The prefix-isolation timing test's power and false alarms, side by side in one run: on an engine whose
  * prefix cache ignores `cache_salt` (tenant B really reuses A's pages, so B's time to first token falls)
@@ -22,6 +23,7 @@ import { median } from '../prober/src/probe/stats.js';
 import type { ProbeTuning } from '../prober/src/probe/scenarios/context.js';
 import { PREFIX_ISOLATION } from '../prober/src/probe/scenarios/prefix-isolation.js';
 import type { TimingFigures } from './figures.js';
+import { absenceBench } from './timing-absence.js';
 
 interface Setting {
   name: string;
@@ -97,7 +99,18 @@ async function measure(engine: (typeof ENGINES)[number], setting: Setting, cycle
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { cycles: { type: 'string' }, json: { type: 'string' } } });
+  const { values } = parseArgs({ options: { cycles: { type: 'string' }, json: { type: 'string' }, absence: { type: 'boolean' }, runs: { type: 'string' }, 'slow-runs': { type: 'string' } } });
+  if (values.absence === true) {
+    // The absence-of-reuse judgement's stated detection limit, checked (bench/timing-absence.ts).
+    const runs = Number(values.runs ?? 20);
+    const slowRuns = Number(values['slow-runs'] ?? 10);
+    if (![runs, slowRuns].every((n) => Number.isInteger(n) && n >= 1)) {
+      process.stderr.write('bench:timing: --runs and --slow-runs must be positive integers\n');
+      process.exit(64);
+    }
+    await absenceBench({ runs, slowRuns, ...(values.json !== undefined ? { json: values.json } : {}) });
+    return;
+  }
   const cycles = values.cycles === undefined ? 10 : Number(values.cycles);
   if (!Number.isInteger(cycles) || cycles < 1) {
     process.stderr.write(`bench:timing: --cycles must be a positive integer, got '${values.cycles}'\n`);

@@ -20,6 +20,20 @@ export interface ImageRuntime {
   nodeArgs: string[];
 }
 
+/** How the final stage lays out and starts the image (test/e2e/confined-serve.test.ts builds the same). */
+export interface ImageLayout extends ImageRuntime {
+  /** `WORKDIR`. */
+  workdir: string;
+  /** `USER`. */
+  user: string;
+  /** The script `ENTRYPOINT` runs, relative to the workdir (`bin/kvcanary.js`). */
+  script: string;
+  /** `COPY` instructions: sources (repository paths, or the build stage's paths with `fromBuild`) to a destination. */
+  copies: Array<{ sources: string[]; dest: string; fromBuild: boolean }>;
+  /** `VOLUME` paths. */
+  volumes: string[];
+}
+
 function finalStage(dockerfile: string): string {
   return dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
 }
@@ -29,22 +43,38 @@ function instructions(stage: string): string[] {
   return stage.split('\n').filter((l) => !/^\s*#/.test(l)).join('\n').replace(/\\\n\s*/g, ' ').split('\n').map((l) => l.trim()).filter((l) => l !== '');
 }
 
-export function imageRuntime(dockerfile = readFileSync(DOCKERFILE, 'utf8')): ImageRuntime {
+export function imageRuntime(dockerfile?: string): ImageRuntime {
+  const { env, nodeArgs } = imageLayout(dockerfile);
+  return { env, nodeArgs };
+}
+
+export function imageLayout(dockerfile = readFileSync(DOCKERFILE, 'utf8')): ImageLayout {
   const env: Record<string, string> = {};
+  const layout: Omit<ImageLayout, 'env' | 'nodeArgs' | 'script'> = { workdir: '/', user: 'root', copies: [], volumes: [] };
   let entrypoint: string[] | undefined;
   for (const line of instructions(finalStage(dockerfile))) {
-    const env1 = /^ENV\s+(.*)$/.exec(line);
-    if (env1 !== null) {
-      for (const m of env1[1]!.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=("[^"]*"|\S*)/g)) env[m[1]!] = m[2]!.replace(/^"(.*)"$/, '$1');
-      continue;
+    const [, op, rest = ''] = /^(\w+)\s*(.*)$/.exec(line) ?? [];
+    if (op === 'ENV') {
+      for (const m of rest.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=("[^"]*"|\S*)/g)) env[m[1]!] = m[2]!.replace(/^"(.*)"$/, '$1');
+    } else if (op === 'ENTRYPOINT' && rest.startsWith('[')) {
+      entrypoint = JSON.parse(rest) as string[];
+    } else if (op === 'WORKDIR') {
+      layout.workdir = rest;
+    } else if (op === 'USER') {
+      layout.user = rest;
+    } else if (op === 'VOLUME') {
+      layout.volumes.push(...(rest.startsWith('[') ? JSON.parse(rest) as string[] : rest.split(/\s+/)));
+    } else if (op === 'COPY') {
+      const words = rest.split(/\s+/);
+      const fromBuild = words[0] === '--from=build';
+      const paths = words.filter((w) => !w.startsWith('--'));
+      layout.copies.push({ sources: paths.slice(0, -1), dest: paths[paths.length - 1]!, fromBuild });
     }
-    const ep = /^ENTRYPOINT\s+(\[.*\])$/.exec(line);
-    if (ep !== null) entrypoint = JSON.parse(ep[1]!) as string[];
   }
   if (entrypoint === undefined) throw new ImageRuntimeError('deploy/Dockerfile: the final stage has no ENTRYPOINT ["node", ..., "bin/kvcanary.js"]');
   const script = entrypoint.indexOf('bin/kvcanary.js');
   if (entrypoint[0] !== 'node' || script < 1) throw new ImageRuntimeError(`deploy/Dockerfile: ENTRYPOINT should run node ... bin/kvcanary.js, got ${JSON.stringify(entrypoint)}`);
-  return { env, nodeArgs: entrypoint.slice(1, script) };
+  return { env, nodeArgs: entrypoint.slice(1, script), script: entrypoint[script]!, ...layout };
 }
 
 /** NODE_OPTIONS as the final stage of the Dockerfile sets it. */
@@ -60,8 +90,8 @@ export function sizeFlagMiB(nodeOptions: string, flag: '--max-old-space-size' | 
   return m === null ? undefined : Number(m[1]);
 }
 
-/** One line for reports: the ENTRYPOINT's node flags and the ENV that changes how Node runs (not NODE_ENV). */
+/** One line for reports: the ENTRYPOINT's node flags and the ENV that changes how Node runs (not NODE_ENV, not kvcanary's own). */
 export function describeRuntime(rt: ImageRuntime): string {
-  const env = Object.entries(rt.env).filter(([k]) => k !== 'NODE_ENV').map(([k, v]) => `${k}=${/\s/.test(v) ? `"${v}"` : v}`);
+  const env = Object.entries(rt.env).filter(([k]) => k !== 'NODE_ENV' && !k.startsWith('KVCANARY_')).map(([k, v]) => `${k}=${/\s/.test(v) ? `"${v}"` : v}`);
   return [`node ${[...rt.nodeArgs, 'bin/kvcanary.js'].join(' ')}`, ...env].join(', ');
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes a fresh machine ready for kvcanary's whole test suite (README: "npm run test:all"):
 #   - Debian packages the end-to-end tests start for real: prometheus (and promtool), prometheus-alertmanager
-#     (and amtool), chromium (the status page in a real browser). Installed with apt-get when run as root;
+#     (and amtool), chromium (the status page in a real browser), bubblewrap (bwrap: stands in for the
+#     container runtime in test/e2e/confined-serve.test.ts). Installed with apt-get when run as root;
 #     otherwise one line says exactly what to install, and the script fails.
 #   - llama.cpp's llama-server, built once from vendor/llama.cpp into $KVCANARY_CACHE/llama.cpp
 #     (default ~/.cache/kvcanary), and a tiny random-weight model beside it.
@@ -13,7 +14,7 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --- Debian packages -----------------------------------------------------------------------------------
 declare -A provides=([prometheus]=prometheus [promtool]=prometheus [prometheus-alertmanager]=prometheus-alertmanager
-  [amtool]=prometheus-alertmanager [chromium]=chromium [cmake]=cmake [g++]=g++)
+  [amtool]=prometheus-alertmanager [chromium]=chromium [cmake]=cmake [g++]=g++ [bwrap]=bubblewrap)
 missing=()
 for cmd in "${!provides[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${provides[$cmd]}")

@@ -12,6 +12,7 @@ export const DEFENSES = [
   'salted-prefix-cache',
   'strong-prefix-hash',
   'restore-fencing',
+  'salted-host-tier',
 ] as const;
 export type DefenseName = (typeof DEFENSES)[number];
 
@@ -34,6 +35,9 @@ export const DEFENSE_DESCRIPTIONS: Readonly<Record<DefenseName, string>> = {
   'restore-fencing':
     'a prefix-cache restore checks that each entry\'s page still has the generation it had when the entry was made ' +
     '(never handed out since); a stale entry is refused, dropped and counted',
+  'salted-host-tier':
+    'every host-tier page keeps the `cache_salt` it was written under, and a load refuses a page of another salt even ' +
+    'when its key matched: different salts never share through host memory',
 };
 
 /** Defenses that work in single-node mode (the prefix cache's, and zeroing). */

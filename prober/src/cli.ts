@@ -15,6 +15,7 @@ commands:
   report         list stored run outcomes, findings and silences
   ack            acknowledge a known finding until a date, with a reason
   init           write a commented example serve config
+  key            write a new installation marker key (a deployment's Secret), or check one
   engine         start the bundled reference engine (engine-under-test)
 
 global options:
@@ -33,6 +34,7 @@ const COMMANDS: Record<string, () => Promise<CommandMain>> = {
   report: async () => (await import('./commands/report.js')).reportMain,
   ack: async () => (await import('./commands/ack.js')).ackMain,
   init: async () => (await import('./commands/init.js')).initMain,
+  key: async () => (await import('./commands/key.js')).keyMain,
   engine: async () => (await import('../../engine-under-test/src/cli.js')).engineMain,
 };
 

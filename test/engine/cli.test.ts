@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { scratchHome } from '../helpers/cli.js';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -7,7 +8,7 @@ const BIN = fileURLToPath(new URL('../../bin/kvcanary.js', import.meta.url));
 const children: ChildProcess[] = [];
 
 function run(args: string[]): ChildProcess {
-  const child = spawn(process.execPath, [BIN, 'engine', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [BIN, 'engine', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: scratchHome() } });
   children.push(child);
   return child;
 }

@@ -2,6 +2,7 @@
  * `kvcanary engine` with the disaggregated presets, faults and defenses, as a process: the worker threads
  * must start under the bin launcher too, the flags must reach the engine, and bad names exit 64 with the list.
  */
+import { scratchHome } from '../helpers/cli.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -14,7 +15,7 @@ afterEach(() => {
 });
 
 function run(args: string[]): ChildProcess {
-  const child = spawn(process.execPath, [BIN, 'engine', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [BIN, 'engine', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: scratchHome() } });
   children.push(child);
   return child;
 }
@@ -75,8 +76,8 @@ describe('kvcanary engine, disaggregated', () => {
   });
 
   it.each([
-    [['--fault', 'bogus'], /--fault must be one of admission-checks-finished, late-write, offload-release-race, prefix-cache-ignores-salt, weak-prefix-hash, prompt-cache-restore-race, got 'bogus'/],
-    [['--defense', 'prayer'], /--defense must be one of reject-before-bootstrap, deferred-release, page-tags, zero-on-release, transfer-integrity, salted-prefix-cache, strong-prefix-hash, restore-fencing, got 'prayer'/],
+    [['--fault', 'bogus'], /--fault must be one of admission-checks-finished, late-write, offload-release-race, prefix-cache-ignores-salt, weak-prefix-hash, prompt-cache-restore-race, host-tier-ignores-salt, got 'bogus'/],
+    [['--defense', 'prayer'], /--defense must be one of reject-before-bootstrap, deferred-release, page-tags, zero-on-release, transfer-integrity, salted-prefix-cache, strong-prefix-hash, restore-fencing, salted-host-tier, got 'prayer'/],
     [['--fault', 'late-write'], /`late-write` needs a disaggregated preset \(incident, remediated, hardened, disaggregated\)/],
     [['--preset', 'incident', '--transfer-latency-ms', 'fast'], /--transfer-latency-ms must be a number of milliseconds in \[0, 60000\], got 'fast'/],
     [['--preset', 'incident', '--transfer-batch-tokens', '0'], /--transfer-batch-tokens must be an integer/],

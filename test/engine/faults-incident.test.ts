@@ -143,7 +143,7 @@ describe('fault admission-checks-finished (the incident)', () => {
     expect(results.get('reject-before-bootstrap')!.blocks).toBe(1);
     expect(results.get('page-tags')!.blocks).toBe(1);
     expect(results.get('zero-on-release')!.blocks).toBeGreaterThan(0);
-    for (const d of ['deferred-release', 'transfer-integrity', 'salted-prefix-cache', 'strong-prefix-hash', 'restore-fencing']) expect(results.get(d)!.blocks).toBe(0);
+    for (const d of ['deferred-release', 'transfer-integrity', 'salted-prefix-cache', 'strong-prefix-hash', 'restore-fencing', 'salted-host-tier']) expect(results.get(d)!.blocks).toBe(0);
     const readme = readFileSync(new URL('../../engine-under-test/README.md', import.meta.url), 'utf8');
     const table = /<!-- incident-defenses:start -->\n([\s\S]*?)<!-- incident-defenses:end -->/.exec(readme)?.[1] ?? '';
     const documented = table.split('\n').filter((l) => l.startsWith('| ') && !l.startsWith('| defense') && !l.startsWith('|---'));

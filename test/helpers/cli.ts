@@ -5,11 +5,16 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-let scratchHome: string | undefined;
+let sharedHome: string | undefined;
 /** A scratch installation home (marker key, run store) so tests never write to the user's ~/.config. */
 function testHome(): string {
-  scratchHome ??= mkdtempSync(path.join(tmpdir(), 'kvc-cli-home-'));
-  return scratchHome;
+  sharedHome ??= mkdtempSync(path.join(tmpdir(), 'kvc-cli-home-'));
+  return sharedHome;
+}
+
+/** A fresh installation home of its own (KVCANARY_HOME) for one spawned kvcanary. */
+export function scratchHome(): string {
+  return mkdtempSync(path.join(tmpdir(), 'kvc-home-'));
 }
 
 export const BIN = fileURLToPath(new URL('../../bin/kvcanary.js', import.meta.url));

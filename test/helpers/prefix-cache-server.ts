@@ -57,6 +57,16 @@ export interface PrefixCacheServerOptions {
    * salted cache's hits: a real timing side channel that the reported counts do not show.
    */
   hiddenSharedTier?: boolean;
+  /**
+   * What partitions the cache: the request's `cache_salt` (vLLM, the default), the API key (the
+   * `Authorization` header: each key has a cache of its own, whatever the salt) or nothing (`ignoreSalt`).
+   */
+  keyBy?: 'salt' | 'api-key';
+  /**
+   * What a hit still costs, as a share of prefilling the tokens it matched (loading them from a slower
+   * tier): 0 (the default) saves their whole prefill, 0.5 half of it.
+   */
+  hitCostShare?: number;
 }
 
 export interface PrefixCacheStats {
@@ -122,7 +132,7 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
         ? String.fromCharCode(...(body['prompt'] as number[]))
         : String(body['prompt'] ?? '');
     const maxTokens = Number(body['max_tokens'] ?? 16);
-    const salt = typeof body['cache_salt'] === 'string' ? body['cache_salt'] : '';
+    const salt = opts.keyBy === 'api-key' ? `key:${createHash('sha256').update(String(req.headers['authorization'] ?? '')).digest('hex')}` : typeof body['cache_salt'] === 'string' ? body['cache_salt'] : '';
     const stream = body['stream'] === true;
     stats.requests++;
     if (opts.failEvery !== undefined && stats.requests % opts.failEvery === 0) {
@@ -178,7 +188,7 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
     const writer: Writer = { prompt, output: text, salt };
 
     if (stream) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-    await new Promise((r) => setTimeout(r, baseMs + (prompt.length - skipped) * perToken));
+    await new Promise((r) => setTimeout(r, baseMs + (prompt.length - skipped * (1 - (opts.hitCostShare ?? 0))) * perToken));
     if (opts.hiddenSharedTier) for (const key of blockKeys(prompt, '', true)) shared.add(key);
     if (!opts.noCache) {
       for (const key of keys) {

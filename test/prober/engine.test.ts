@@ -110,8 +110,10 @@ describe('prefix-isolation against the bundled engine', () => {
 
   it('caching off: not-applicable with the evidence, never a pass', async () => {
     const { code, doc } = await run({ preset: 'hardened', prefixCache: false });
-    expect(doc.scenarios[0]?.outcome).toBe('not-applicable');
-    expect(doc.outcome).toBe('not-applicable');
+    const s = doc.scenarios[0] as { outcome?: string; reason?: string; notes?: string[] } | undefined;
+    // Absence needs a timing test powered to see a hit: on a loaded host it may not be, and then it says so.
+    if (s?.outcome === 'not-applicable') expect((s.notes ?? []).join('\n')).toMatch(/no prefix reuse detectable \(a saving >= \d+% would have shown with probability 0\.95/);
+    else expect({ outcome: s?.outcome, reason: s?.reason }).toEqual({ outcome: 'inconclusive', reason: 'power' });
     expect(code).toBe(2);
   }, 120_000);
 });

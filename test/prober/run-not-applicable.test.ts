@@ -34,8 +34,11 @@ describe('kvcanary run: prefix scenarios not applicable on evidence', () => {
     const r = await run({ noCache: true, reportCached: false });
     expect(r.doc.findings).toEqual([]);
     for (const name of PREFIX) expect(r.outcome(name), `${name}: ${r.notes(name)}`).toBe('not-applicable');
-    expect(r.notes('prefix-isolation')).toMatch(/escalated same-tenant timing control showed no reuse effect/);
-    expect(r.notes('prefix-churn')).toMatch(/not applicable: the endpoint shows no prompt-prefix reuse \(prefix-isolation:/);
+    // Absence shown, with its detection limit: the timing test was powered to see what a hit would save.
+    expect(r.notes('prefix-isolation')).toMatch(/not applicable: no prefix reuse detectable \(a saving >= \d+% would have shown with probability 0\.95; a hit on this prefix would save about \d+%/);
+    // prefix-churn and prefix-collision conclude on that same judgement, never on their own counters alone.
+    expect(r.notes('prefix-churn')).toMatch(/not applicable: no prefix reuse detectable .*\(prefix-isolation\)/);
+    expect(r.notes('prefix-collision')).toMatch(/not applicable: no prefix reuse detectable .*\(prefix-isolation\)/);
     expect(r.outcome('capacity-audit')).toBe('not-applicable');
     expect({ outcome: r.doc.outcome, code: r.code }).toEqual({ outcome: 'pass', code: 0 });
   }, 200_000);
@@ -43,7 +46,7 @@ describe('kvcanary run: prefix scenarios not applicable on evidence', () => {
   it('judges a cache that reports no cached_tokens by timing, as before', async () => {
     const r = await run({ reportCached: false });
     expect(r.outcome('prefix-isolation'), r.notes('prefix-isolation')).toBe('pass');
-    expect(r.notes('prefix-isolation')).toMatch(/timing alone speaks, so 24 rounds/);
+    expect(r.notes('prefix-isolation')).toMatch(/cached_tokens not reported in the first answered round: timing speaks, so 24 rounds/);
   }, 200_000);
 
   it('is inconclusive, not not-applicable, when prefix requests go unanswered', async () => {

@@ -44,7 +44,8 @@ const kinds = (s: ScenarioResult): string[] => [...new Set(s.findings.map((f) =>
 const find = (s: ScenarioResult, kind: Finding['kind']): Finding | undefined => s.findings.find((f) => f.kind === kind);
 const roles = (s: ScenarioResult, role: string) => s.requests.filter((r) => r.role === role);
 
-describe('prefix-isolation', () => {
+// Timing that cannot see a hit's saving plays 24 more rounds over longer prefixes (and a re-test 24 more): up to a minute on a busy host.
+describe('prefix-isolation', { timeout: 180_000 }, () => {
   it('passes on a salted prefix cache: the control reuses, the other tenant does not, no timing effect', async () => {
     const result = await probe({});
     expect(result.findings).toEqual([]);
@@ -52,10 +53,11 @@ describe('prefix-isolation', () => {
     // The check had teeth: same-tenant controls were served from the cache, other-tenant readers never were.
     expect(roles(result, 'prefix-control').every((r) => (r.cachedTokens ?? 0) > 0)).toBe(true);
     expect(roles(result, 'prefix-reader').every((r) => r.cachedTokens === 0)).toBe(true);
-    expect(roles(result, 'prefix-reader')).toHaveLength(12);
+    // 12 rounds, and 24 more over longer prefixes when B's timing test could not see a hit's saving.
+    expect([12, 36]).toContain(roles(result, 'prefix-reader').length);
     expect(server!.stats().crossSaltHits).toBe(0);
     expect(result.notes.join('\n')).toMatch(/synthetic tenant-a and tenant-b/);
-    expect(result.notes.join('\n')).toMatch(/control vs a fresh prefix \(cache effect\): 12 pairs.*: effect/);
+    expect(result.notes.join('\n')).toMatch(/control vs a fresh prefix \(cache effect\): (12|24) pairs/);
   });
 
   it('reports synthetic salt identities sharing the cache as cache-salt-ignored (info), not a leak: no boundary was declared', async () => {
@@ -93,7 +95,7 @@ describe('prefix-isolation', () => {
     const tenants: TenantConfig[] = [{ name: 'alice', cacheSalt: 'alice-salt' }, { name: 'bob', cacheSalt: 'bob-salt' }];
     const result = await probe({ hiddenSharedTier: true }, tenants);
     const text = result.notes.join('\n');
-    expect(text).toMatch(/although its cached tokens show no reuse: re-testing with 12 fresh rounds/);
+    expect(text).toMatch(/although its cached tokens show no reuse: re-testing with \d+ fresh rounds/);
     expect(text).toMatch(/timing re-test, bob on alice's prefix vs a fresh one: .*: confirmed/);
     expect(kinds(result)).toEqual(['prefix-timing-side-channel']);
     expect(roles(result, 'prefix-reader').every((r) => r.cachedTokens === 0)).toBe(true);
@@ -103,14 +105,14 @@ describe('prefix-isolation', () => {
     const result = await probe({ noCache: true });
     expect(result.findings).toEqual([]);
     expect(result.outcome).toBe('not-applicable');
-    expect(result.notes.join('\n')).toMatch(/not applicable: the endpoint shows no prompt-prefix reuse .*exact same-tenant re-sends: cached tokens above the first send's in 0\/12/);
+    expect(result.notes.join('\n')).toMatch(/not applicable: no prefix reuse detectable \(a saving >= \d+% would have shown with probability 0\.95; .*cached tokens never above the first send's in \d+ answered re-sends/);
   });
 
   it('is not-applicable with caching off and cached_tokens unreported: the escalated timing control shows no effect', async () => {
     const result = await probe({ noCache: true, reportCached: false });
     expect(result.findings).toEqual([]);
     expect(result.outcome, result.notes.join('\n')).toBe('not-applicable');
-    expect(result.notes.join('\n')).toMatch(/cached_tokens not reported; the escalated same-tenant timing control showed no reuse effect: 24 pairs/);
+    expect(result.notes.join('\n')).toMatch(/not applicable: no prefix reuse detectable \(a saving >= \d+% would have shown with probability 0\.95; .*cached tokens not reported; same-tenant timing, exact re-send vs a fresh prefix: 24 pairs/);
   });
 
   it('is inconclusive, never not-applicable, when the endpoint does not answer', async () => {
@@ -123,7 +125,7 @@ describe('prefix-isolation', () => {
     expect(clean.findings).toEqual([]);
     expect(clean.outcome, clean.notes.join('\n')).toBe('pass');
     // Timing alone judges B here, so the scenario gave it more pairs over longer prefixes.
-    expect(clean.notes.join('\n')).toMatch(/cached_tokens not reported in the first answered round: timing alone speaks, so 24 rounds/);
+    expect(clean.notes.join('\n')).toMatch(/cached_tokens not reported in the first answered round: timing speaks, so 24 rounds/);
     expect(roles(clean, 'prefix-reader')).toHaveLength(24);
     await server?.close();
     const shared = await probe({ reportCached: false, ignoreSalt: true });

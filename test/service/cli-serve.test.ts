@@ -2,6 +2,7 @@
  * `kvcanary serve` as a newcomer meets it (no config: the embedded demo against two bundled engines), and
  * `check-config` / `report` as an operator uses them.
  */
+import { scratchHome } from '../helpers/cli.js';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -22,7 +23,7 @@ afterAll(() => {
 describe('kvcanary serve with no config (the embedded demo)', () => {
   it('prints the URL first, findings for the incident engine and none for the remediated one, and exits 0 on SIGINT', async () => {
     const cwd = tempDir();
-    const child = spawn(process.execPath, [BIN, 'serve', '--listen', '127.0.0.1:0'], { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, 'serve', '--listen', '127.0.0.1:0'], { cwd, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: scratchHome() } });
     child.stderr.resume();
     let out = '';
     const sawFinding = new Promise<void>((resolve, reject) => {

@@ -191,6 +191,10 @@ targets:
     const removed = 'glm/127.0.0.1:20003';
     const owner = services[shardOf(removed, 3)]!;
     await vi.waitFor(() => expect(owner.scheduler.states().map((l) => l.target)).not.toContain(removed), { timeout: 5000 });
+    // The log says discovery removed it: nobody edited the config.
+    const removal = logs.text().split('\n').find((l) => l.includes(removed) && l.includes('removed'));
+    expect(removal).toMatch(/target removed by discovery/);
+    expect(logs.text()).not.toContain('target removed from config');
 
     // Cycles run and report their outcome per target; the info metric carries the discovered label.
     await vi.waitFor(async () => {

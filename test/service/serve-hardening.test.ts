@@ -4,6 +4,7 @@
  * target echoes reaches neither the log (even at debug) nor the store; the status server refuses a foreign
  * Host (DNS rebinding); /metrics carries kvcanary_build_info and the process metrics.
  */
+import { scratchHome } from '../helpers/cli.js';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
@@ -56,7 +57,7 @@ targets:
     headers: { X-Auth: ${SECRET} }
     scenarios: [overlimit-handoff]
 `);
-    const child = spawn(process.execPath, [BIN, 'serve', '--config', cfg], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, 'serve', '--config', cfg], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: scratchHome() } });
     let out = '';
     let err = '';
     child.stdout.on('data', (c: Buffer) => { out += c.toString(); });

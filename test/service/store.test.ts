@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { scratchHome } from '../helpers/cli.js';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -364,7 +365,7 @@ describe('store: SIGKILL mid-write', () => {
         process.stdout.write('committed run-' + i + '\\n');
       }
     `);
-    const proc = spawn(process.execPath, ['--import', 'tsx', child], { cwd: process.cwd(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(process.execPath, ['--import', 'tsx', child], { cwd: process.cwd(), stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCANARY_HOME: scratchHome() } });
     let out = '';
     let err = '';
     proc.stderr.on('data', (d: Buffer) => { err += d.toString(); });

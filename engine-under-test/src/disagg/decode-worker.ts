@@ -12,7 +12,8 @@
  * reading and ends the response at once; the pages go back to the pool only when nothing can still write or
  * copy them: after prefill reports the room's transfer drained (`closed`/`transferred`), and after host
  * copies are done. The `late-write` fault releases at once despite a transfer in flight; the
- * `offload-release-race` fault releases at once despite host copies in flight. `deferred-release` parks such
+ * `offload-release-race` fault releases at once despite host copies in flight; each on a rated fraction of
+ * such releases, drawn once per request (`--fault-rate`). `deferred-release` parks such
  * pages until their leases are gone, whatever this protocol decided; `page-tags` checks every page's tag
  * before each read and fails the request closed on a mismatch.
  *
@@ -22,6 +23,7 @@
  * once prefill reports them landed. Under `page-tags`, a shared page is checked against the generation it
  * had when it was shared (it is SHARED, not the reader's), the rest as before.
  */
+import type { KernelName } from '../attention/kernel.js';
 import type { MessagePort } from 'node:worker_threads';
 import type { DisaggregatedConfig, EngineConfig } from '../config.js';
 import { KvMemory } from '../kv-memory.js';
@@ -36,6 +38,7 @@ import { StatsBlock } from './stats-block.js';
 import { answerSync } from './sync-call.js';
 import { realTimers, type Timers } from './timers.js';
 import { reserveWithPrefix } from '../prefix-reservation.js';
+import { faultTrigger } from '../faults.js';
 
 type EndReason = 'length' | 'aborted' | 'error';
 
@@ -63,6 +66,9 @@ class DecodeSequence {
   sharedGens: Int32Array = new Int32Array(0);
   /** Prompt positions prefill was told to skip (shared or loaded from the host tier). */
   skipTokens = 0;
+  /** The race faults' draws for this request, made at its first eligible release (undefined: not yet). */
+  releaseDespiteTransfer: boolean | undefined;
+  releaseDespiteCopies: boolean | undefined;
 
   constructor(
     readonly id: number,
@@ -97,8 +103,9 @@ export class DecodeWorker {
   private readonly active: DecodeSequence[] = [];
   private readonly events: DecodeEvent[] = [];
   private readonly logits = new Float32Array(256);
-  private readonly releaseAtOnceDespiteTransfer: boolean;
-  private readonly releaseAtOnceDespiteCopies: boolean;
+  /** The race faults: whether this eligible release goes ahead at once (see faults.ts, faultTrigger). */
+  private readonly releaseAtOnceDespiteTransfer: () => boolean;
+  private readonly releaseAtOnceDespiteCopies: () => boolean;
   private readonly pageTags: boolean;
   private scheduled = false;
   private reclaimTimer = false;
@@ -134,6 +141,7 @@ export class DecodeWorker {
     this.model = new InductionModel(memory, {
       config: c.model,
       kernel: c.kernel,
+      attention: c.attention,
       fenceReads: true,
       onForeignRead: (reader, r) => {
         // A same-tenant read of a page cached for the same tokens is the cache working, not a leak.
@@ -141,12 +149,13 @@ export class DecodeWorker {
         if (read !== undefined) this.events.push({ k: 'foreign', reader, pages: read.pages, writers: read.writers });
       },
     });
-    this.releaseAtOnceDespiteTransfer = c.faults.includes('late-write');
-    this.releaseAtOnceDespiteCopies = c.faults.includes('offload-release-race');
+    this.releaseAtOnceDespiteTransfer = faultTrigger(c, 'late-write');
+    this.releaseAtOnceDespiteCopies = faultTrigger(c, 'offload-release-race');
     this.pageTags = c.defenses.includes('page-tags');
     if (this.disagg.hostOffload) {
       const capacityPages = Math.max(1, Math.floor(this.disagg.hostCacheTokens / c.pageSize));
-      this.tier = new HostTier(c.pageSize, capacityPages);
+      const ignore = c.faults.includes('host-tier-ignores-salt');
+      this.tier = new HostTier(c.pageSize, capacityPages, { ignore, check: !ignore || c.defenses.includes('salted-host-tier') });
       this.copies = new HostCopies(
         memory,
         this.tier,
@@ -267,13 +276,12 @@ export class DecodeWorker {
       const pages = table.pages.slice();
       const gens = pages.map((p) => this.pool.memory.generation[p] as number);
       seq.sharedGens = gens.slice(0, shared.length);
-      if (this.cache !== undefined && seq.prefix !== undefined) {
-        this.cache.borrowed(seq.id, seq.prefix, shared);
-        this.events.push({ k: 'cached', id: seq.id, tokens: shared.length * P });
-      }
+      if (this.cache !== undefined && seq.prefix !== undefined) this.cache.borrowed(seq.id, seq.prefix, shared);
       // A prefix hit in the host tier (when the cache had none): those pages are loaded, prefill starts after
       // them (at least one token is transferred).
       const hits = shared.length > 0 ? [] : (this.tier?.lookup(seq.tokens, Math.floor((seq.promptLength - 1) / P), seq.cacheSalt) ?? []);
+      // Cached tokens count both paths: shared pages and pages loaded from the host tier.
+      if ((this.cache !== undefined && seq.prefix !== undefined) || this.tier !== undefined) this.events.push({ k: 'cached', id: seq.id, tokens: (shared.length + hits.length) * P });
       const skipTokens = (shared.length + hits.length) * P;
       seq.skipTokens = skipTokens;
       const leases = this.pool.memory.leases;
@@ -403,14 +411,15 @@ export class DecodeWorker {
     if (table === undefined || table.released) return;
     const transferInFlight = seq.bootstrapped && !seq.transferClosed;
     const copiesInFlight = seq.loading || seq.writingBack;
-    if (transferInFlight && !this.releaseAtOnceDespiteTransfer) return;
-    if (copiesInFlight && !this.releaseAtOnceDespiteCopies) return;
+    // A request's first eligible release draws whether its fault fires; a later attempt keeps that draw.
+    if (transferInFlight && !(seq.releaseDespiteTransfer ??= this.releaseAtOnceDespiteTransfer())) return;
+    if (copiesInFlight && !(seq.releaseDespiteCopies ??= this.releaseAtOnceDespiteCopies())) return;
     this.pool.release(table);
     this.cache?.finished(seq.id);
     this.sequences.delete(seq.id);
   }
 
-  get kernel(): 'wasm-simd' | 'js' {
+  get kernel(): KernelName {
     return this.model.kernel.name;
   }
 
@@ -448,6 +457,7 @@ export class DecodeWorker {
     s.set('hostPagesWrittenBack', c?.pagesWrittenBack ?? 0);
     s.set('hostPagesLoaded', c?.pagesLoaded ?? 0);
     s.set('hostHitPages', this.hitPages);
+    s.set('hostBlockedSalt', this.tier?.saltRefusals ?? 0);
     const pc = this.cache?.stats();
     s.set('prefixEntries', pc?.entries ?? 0);
     s.set('prefixHitRequests', pc?.hitRequests ?? 0);

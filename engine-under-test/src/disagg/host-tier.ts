@@ -32,10 +32,18 @@ export class HostPage implements SlotSource {
 
 export class HostTier {
   private readonly index = new Map<string, HostPage>();
+  /** Lookups the salt check refused under `host-tier-ignores-salt` (`salted-host-tier`), each request once. */
+  saltRefusals = 0;
 
   constructor(
     readonly pageSize: number,
     readonly capacityPages: number,
+    /**
+     * `ignore`: `host-tier-ignores-salt`, keys leave the salt out and a hit does not compare salts (SGLang
+     * HiCache, PR #37058); `check`: a hit must match the loader's salt whatever the key said (the tier's own
+     * design, and with the fault, `salted-host-tier`).
+     */
+    readonly salt: { ignore: boolean; check: boolean } = { ignore: false, check: true },
   ) {}
 
   get size(): number {
@@ -48,7 +56,7 @@ export class HostTier {
     const keys: string[] = [];
     let h1 = 0x9747b28c | 0;
     let h2 = 0x2f8d6e13 | 0;
-    if (salt !== undefined) {
+    if (salt !== undefined && !this.salt.ignore) {
       h2 = murmurRound(h2, 0x5a17);
       for (let i = 0; i < salt.length; i++) {
         h1 = murmurRound(h1, salt.charCodeAt(i));
@@ -74,7 +82,11 @@ export class HostTier {
     for (let k = 0; k < keys.length; k++) {
       const key = keys[k] as string;
       const page = this.index.get(key);
-      if (page === undefined || page.salt !== salt) break;
+      if (page === undefined) break;
+      if (page.salt !== salt && this.salt.check) {
+        if (this.salt.ignore) this.saltRefusals++;
+        break;
+      }
       let same = true;
       for (let s = 0; s < P && same; s++) same = page.tokens[s] === tokens[k * P + s];
       if (!same) break;

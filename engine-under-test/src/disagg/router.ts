@@ -17,6 +17,7 @@
  * exposure log. stats() reads counters the workers publish in shared memory; checkInvariants() asks the
  * workers synchronously (sync-call.ts).
  */
+import type { KernelName } from '../attention/kernel.js';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import { checkAdmission } from '../admission.js';
 import { defenseBlocks } from '../defenses.js';
@@ -106,13 +107,17 @@ function poolStats(s: StatsBlock): KvPoolStats {
 export async function createDisaggregatedEngine(config: EngineConfig, deps: DisaggregatedDeps = {}): Promise<Engine> {
   if (config.mode !== 'disaggregated' || config.disaggregated === undefined) throw new Error('createDisaggregatedEngine needs a disaggregated configuration');
   const d = config.disaggregated;
+  // Cached prompt tokens are reported whenever a prefix can be reused, through either path: pages shared by
+  // the prefix cache and pages loaded from the host tier both spare prefill (SGLang's cached_tokens count
+  // HiCache hits, vLLM's count a KV connector's).
+  const reportsCached = config.prefixCache || d?.hostOffload === true;
   const clock = deps.clock ?? systemClock;
   const log = deps.log ?? ((line: string) => process.stderr.write(line + '\n'));
   const decodeMemory = KvMemory.create({ numPages: d.decodeNumPages, pageSize: config.pageSize });
   const { port1, port2 } = new MessageChannel();
   const decode = spawn('decode', config, decodeMemory.wasmMemory as WebAssembly.Memory, port1);
   const prefill = spawn('prefill', config, decodeMemory.wasmMemory as WebAssembly.Memory, port2);
-  let kernel: 'wasm-simd' | 'js' = 'js';
+  let kernel: KernelName = 'js';
   try {
     const [decodeReady] = await Promise.all([ready(decode), ready(prefill)]);
     if (decodeReady.t === 'ready' && 'kernel' in decodeReady) kernel = decodeReady.kernel;
@@ -161,7 +166,7 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
           reason: e.reason,
           promptTokens: e.promptTokens,
           completionTokens: e.completionTokens,
-          ...(config.prefixCache ? { cachedTokens: live.get(e.id)?.cachedTokens ?? 0 } : {}),
+          ...(reportsCached ? { cachedTokens: live.get(e.id)?.cachedTokens ?? 0 } : {}),
           ...(e.message !== undefined ? { message: e.message } : {}),
         });
       }
@@ -243,7 +248,7 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
     }
     const id = nextId++;
     const channel = new EventChannel<EngineEvent>(() => abort(id));
-    const entry: Live = { channel, promptTokens, cachedTokens: config.prefixCache ? 0 : undefined };
+    const entry: Live = { channel, promptTokens, cachedTokens: reportsCached ? 0 : undefined };
     live.set(id, entry);
     const prompt = Uint16Array.from(request.promptTokens);
     const salt = request.cacheSalt !== undefined ? { cacheSalt: request.cacheSalt } : {};
@@ -320,6 +325,7 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
         'salted-prefix-cache': ds.get('prefixBlockedSalt'),
         'strong-prefix-hash': ds.get('prefixBlockedTokens'),
         'restore-fencing': ds.get('prefixBlockedRestore'),
+        'salted-host-tier': ds.get('hostBlockedSalt'),
       }),
     };
   }

@@ -34,6 +34,7 @@ export const STAT_FIELDS = [
   'hostPagesWrittenBack',
   'hostPagesLoaded',
   'hostHitPages',
+  'hostBlockedSalt',
   'prefixEntries',
   'prefixHitRequests',
   'prefixLookups',

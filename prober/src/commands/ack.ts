@@ -53,7 +53,8 @@ export async function ackMain(args: string[]): Promise<number> {
   let paths = v.store ?? [DEFAULTS.storePath];
   if (v.config !== undefined) {
     try {
-      paths = storePathsOf((await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES })).store.path);
+      // ack reads only the store path: the keys' variables and files need only be named.
+      paths = storePathsOf((await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false })).store.path);
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
       process.stderr.write(err.message + '\n');

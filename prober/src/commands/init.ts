@@ -21,6 +21,8 @@ export function exampleConfig(): string {
 # Reload without a restart: SIGHUP (a bad new config keeps the old one and logs why).
 
 listen: 127.0.0.1:9464            # /metrics, /healthz, the status page and /api; bind 0.0.0.0:9464 in a container
+# external_url: https://kvcanary-{shard}.example.com/   # the status page as on-call reaches it ({shard}: the
+#                                   # shard index); alerts link to it (docs/operations.md "Metrics")
 store:
   path: ./kvcanary.sqlite         # evidence database (relative to this file); "{shard}" becomes the shard index
   retention: 7d                   # requests and markers older than this are pruned; runs and findings are kept
@@ -33,12 +35,12 @@ schedule:
   jitter: 30s
   # Cost tiers (the defaults): each scenario listed runs once per its interval, the others (capacity-audit,
   # which sends no prompts) every cycle. A key given overrides its default; \`NAME: every_cycle\` drops one
-  # tier, \`scenarios: every_cycle\` all of them: every scenario every cycle (see the README's Token cost).
+  # tier, \`scenarios: every_cycle\` all of them: every scenario every cycle (README "Production use", Token cost).
   scenarios:
 ${tiers}
 
 budget:
-  tokens_per_hour: 2000000        # per target; a cycle that would not fit is skipped and counted
+  tokens_per_hour: auto           # per target; auto: from the tiers and the endpoint's advertised sizes
 concurrency:
   global: 4
   per_target: 2

@@ -119,22 +119,29 @@ export function summaryTable(run: ProbeRun): string {
 }
 
 /**
- * `run -q`: the verdict in one line. An inconclusive run says why (the reasons of its inconclusive
- * scenarios: unreachable, deadline, budget, power, or the first note), never a table of empty rows.
+ * `run -q`: the verdict in one line, the verdict the exit code gives (`--fail-on` and silences applied): a
+ * finding below `--fail-on` or acknowledged is counted after it, never as the verdict. An inconclusive run
+ * says why (the reasons of its inconclusive scenarios: unreachable, deadline, budget, power, or the first
+ * note), never a table of empty rows.
  */
-export function quietLine(run: ProbeRun): string {
+export function quietLine(run: ProbeRun, failOn: Severity = 'warning'): string {
+  const verdict = combineOutcomes(run.scenarios.map((s) => ({ name: s.name, outcome: gated(s, failOn) })));
   const acked = run.scenarios.reduce((n, s) => n + acknowledgedCount(s), 0);
-  const findings = run.scenarios.reduce((n, s) => n + s.findings.length, 0) - acked;
-  const ackedNote = acked > 0 ? `${acked} acknowledged finding(s)` : '';
-  const head = `kvcanary run ${run.baseUrl}: ${run.outcome.toUpperCase()}`;
-  if (run.outcome === 'fail') return `${head}: ${findings} finding(s)${acked > 0 ? `, ${ackedNote}` : ''}`;
-  if (run.outcome === 'partial') return `${head} (${partialWhy(run)})${acked > 0 ? `: ${ackedNote}` : ''}`;
-  if (run.outcome !== 'inconclusive') return acked > 0 ? `${head}: ${ackedNote}` : head;
+  const gatingN = run.scenarios.reduce((n, s) => n + gating(s, failOn).length, 0);
+  const below = run.scenarios.reduce((n, s) => n + s.findings.length, 0) - acked - gatingN;
+  const aside = [
+    ...(below > 0 ? [`${below} finding(s) below --fail-on ${failOn}`] : []),
+    ...(acked > 0 ? [`${acked} acknowledged finding(s)`] : []),
+  ].join(', ');
+  const head = `kvcanary run ${run.baseUrl}: ${verdict.toUpperCase()}`;
+  if (verdict === 'fail') return `${head}: ${gatingN} finding(s) at or above ${failOn}${aside === '' ? '' : `, ${aside}`}`;
+  if (verdict === 'partial') return `${head} (${partialWhy(run)})${aside === '' ? '' : `: ${aside}`}`;
+  if (verdict !== 'inconclusive') return aside === '' ? head : `${head}: ${aside}`;
   const open = run.scenarios.filter((s) => s.outcome === 'inconclusive');
   const reasons = [...new Set(open.map((s) => s.reason).filter((r) => r !== undefined))];
   const why = reasons.length > 0 ? reasons.join(', ') : (open[0]?.notes[0] ?? 'isolation not established');
   const note = reasons.length > 0 ? open.find((s) => s.reason === reasons[0])?.notes[0] : undefined;
-  return `${head} (${why})${note !== undefined && note !== why ? `: ${note.replace(/\s+/g, ' ').slice(0, 200)}` : ''}`;
+  return `${head} (${why})${note !== undefined && note !== why ? `: ${note.replace(/\s+/g, ' ').slice(0, 200)}` : ''}${aside === '' ? '' : `; ${aside}`}`;
 }
 
 function xml(s: string): string {

@@ -39,9 +39,13 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --timeout DURATION      per-request deadline (default 60s, at most 24h), e.g. 30s, 2m
   --deadline DURATION     the whole run's deadline (default 15m, at most 24h): when it passes, everything in
                           flight is aborted and the run ends inconclusive (reason "deadline") with what it had
-  --budget TOKENS         most prompt+completion tokens this run may spend (default 5000000)
+  --budget TOKENS         most tokens this run may send (default auto: what the selected scenarios are
+                          expected to send at the endpoint's advertised sizes, times 1.5; 5000000 when it
+                          advertises none)
   --planter-tokens N      prompt tokens per planter (default: sized from the KV pool)
   --rounds N              abort-race race windows (default 29; a pass needs 29)
+  --ballast-hold MODE     abort-race ballast: prompt (default: half prompt, half generation) or generation
+                          (a short prompt, a long generation: see docs/cost.md)
   --chat                  use /v1/chat/completions instead of /v1/completions
   --json                  print one JSON document on stdout
   --fail-on SEVERITY      exit 1 only for a finding at or above it: critical, high, warning (default), info;
@@ -122,6 +126,7 @@ export async function runMain(args: string[]): Promise<number> {
           chat: opts.chat,
           ...(opts.planterTokens !== undefined ? { planterTokens: opts.planterTokens } : {}),
           ...(opts.rounds !== undefined ? { abortRounds: opts.rounds } : {}),
+          ...(opts.ballastHold !== undefined ? { ballastHold: opts.ballastHold } : {}),
         },
       },
       { target: opts.target, scenarios: opts.scenarios, runId: `run-${randomUUID()}`, signal: controller.signal, tokenBudget: opts.budget },
@@ -131,7 +136,7 @@ export async function runMain(args: string[]): Promise<number> {
     const { silences, names } = runSilences({ ...(config === undefined ? {} : { config }), store, target: opts.target, now });
     const run = applySilences(probed, silences, now, names);
     store.recordRun(run);
-    process.stderr.write(forTerminal(opts.quiet ? quietLine(run) : summaryTable(run)) + '\n');
+    process.stderr.write(forTerminal(opts.quiet ? quietLine(run, opts.failOn) : summaryTable(run)) + '\n');
     if (opts.json) process.stdout.write(jsonText(toJson(run, silences), 2) + '\n');
     if (opts.junit !== undefined) {
       try {
@@ -179,9 +184,10 @@ interface RunOptions {
   timeoutMs: number;
   /** The whole run ends after this: in-flight requests aborted, inconclusive with what it had. */
   deadlineMs: number;
-  budget: number;
+  budget: number | 'auto';
   planterTokens?: number;
   rounds?: number;
+  ballastHold?: 'prompt' | 'generation';
   chat: boolean;
   json: boolean;
   quiet: boolean;
@@ -211,6 +217,7 @@ export function parseRunArgs(args: string[]): RunOptions {
         budget: { type: 'string' },
         'planter-tokens': { type: 'string' },
         rounds: { type: 'string' },
+        'ballast-hold': { type: 'string' },
         chat: { type: 'boolean', default: false },
         json: { type: 'boolean', default: false },
         'fail-on': { type: 'string' },
@@ -279,9 +286,10 @@ export function parseRunArgs(args: string[]): RunOptions {
     scenarios,
     timeoutMs,
     deadlineMs,
-    budget: v.budget === undefined ? 5_000_000 : positiveIntFlag('--budget', v.budget),
+    budget: v.budget === undefined || v.budget === 'auto' ? 'auto' : positiveIntFlag('--budget', v.budget),
     ...(v['planter-tokens'] !== undefined ? { planterTokens: positiveIntFlag('--planter-tokens', v['planter-tokens']) } : {}),
     ...(v.rounds !== undefined ? { rounds: positiveIntFlag('--rounds', v.rounds) } : {}),
+    ...(v['ballast-hold'] !== undefined ? { ballastHold: ballastHoldFlag(v['ballast-hold']) } : {}),
     chat: v.chat,
     json: v.json,
     quiet: v.quiet,
@@ -290,4 +298,9 @@ export function parseRunArgs(args: string[]): RunOptions {
     ...(v.store !== undefined ? { store: v.store } : {}),
     ...(v.config !== undefined ? { config: v.config } : {}),
   };
+}
+
+function ballastHoldFlag(value: string): 'prompt' | 'generation' {
+  if (value === 'prompt' || value === 'generation') return value;
+  throw new UsageError(`--ballast-hold: expected prompt or generation, got ${shownString(value)}`);
 }

@@ -19,7 +19,9 @@ import { createProbe } from '../probe/probe.js';
 import type { ProbeRun } from '../probe/result.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
-import { createInstallationRegistry, persistPlantings } from '../installation/registry.js';
+import { InstallationError } from '../installation/installation-error.js';
+import { installationKey, markerKeyId, MARKER_KEY_FILE_ENV, type InstallationKey } from '../installation/marker-key.js';
+import { createInstallationRegistry, persistPlantings, recentMarkersFrom } from '../installation/registry.js';
 import { createKeyFiles } from '../service/key-files.js';
 import { createService, type ProbeDeps } from '../service/service.js';
 import { parseArgsMessage, UsageError } from './usage.js';
@@ -30,13 +32,18 @@ import { useBaselineWasmCompiler } from '../service/wasm-compiler.js';
 
 const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT] [--shard INDEX/COUNT]
 
-  --config FILE       YAML config of targets, schedule, budgets (see README "Config reference");
+  --config FILE       YAML config of targets, schedule, budgets (README "Production use");
                       without it: the embedded demo against two bundled engines
   --listen HOST:PORT  where /metrics, /healthz and the status page are served
                       (default 127.0.0.1:9464; port 0 picks a free one)
   --shard INDEX/COUNT probe only the targets rendezvous hashing gives shard INDEX (0-based) of COUNT;
                       also KVCANARY_SHARD=INDEX/COUNT, or KVCANARY_SHARD_INDEX + KVCANARY_SHARD_COUNT.
-                      A store.path containing {shard} gets INDEX there`;
+                      A store.path containing {shard} gets INDEX there
+
+environment:
+  ${MARKER_KEY_FILE_ENV}  the installation's marker key (e.g. a Secret mounted into every shard;
+                      \`kvcanary key new\`): read only, serve refuses to start without it. Unset: the key in
+                      KVCANARY_HOME (default ~/.config/kvcanary), created on first use`;
 
 export async function serveMain(args: string[]): Promise<number> {
   let v;
@@ -60,6 +67,19 @@ export async function serveMain(args: string[]): Promise<number> {
   if (v.help) {
     process.stderr.write(USAGE + '\n');
     return EXIT.pass;
+  }
+  // The installation's marker key, before anything starts: a configured key (KVCANARY_MARKER_KEY_FILE) that
+  // cannot be read stops serve here (64), never replaced by a key of this pod's own.
+  let markerKey: InstallationKey;
+  try {
+    markerKey = installationKey(process.env);
+    recentMarkersFrom(process.env);
+  } catch (err) {
+    if (err instanceof InstallationError) {
+      process.stderr.write(`kvcanary serve: ${oneLine(err.message)}\n`);
+      return EXIT.usage;
+    }
+    throw err;
   }
 
   const engines: Array<{ close(): Promise<void> }> = [];
@@ -93,6 +113,11 @@ export async function serveMain(args: string[]): Promise<number> {
   let current = config;
   const keyFiles = createKeyFiles();
   const logger = createLogger({ level: config.log.level, destination: process.stderr, secrets: () => configSecrets(current, process.env, keyFiles) });
+  // The key id, never the key: every shard of one installation logs the same one.
+  logger.info({ markerKey: { file: markerKey.file, id: markerKeyId(markerKey.key), source: markerKey.configured ? MARKER_KEY_FILE_ENV : 'installation home' } }, 'marker key');
+  if (shard !== undefined && shard.count > 1 && !markerKey.configured) {
+    logger.warn({ markerKey: { file: markerKey.file } }, `shard ${shard.index}/${shard.count} uses the key of its own installation home: shards of one installation need one key (${MARKER_KEY_FILE_ENV}, docs/deployment.md)`);
+  }
   // SIGTERM: stop starting work at once; after the grace, abort what is in flight (recorded inconclusive).
   const shutdown = new AbortController();
   let service: Awaited<ReturnType<typeof createService>>;
@@ -102,7 +127,7 @@ export async function serveMain(args: string[]): Promise<number> {
       logger,
       createProbe: ({ store, logger: log, config: live, readKeyFile }) => {
         // The installation key: markers of any earlier run (or `kvcanary run`) decrypt and are attributed.
-        const registry = createInstallationRegistry({ store, since: Date.now() - live().store.retentionMs });
+        const registry = createInstallationRegistry({ store, since: Date.now() - live().store.retentionMs, key: markerKey.key });
         const probe = createProbe({
           registry,
           scanner: createScanner(registry),

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import type { ProbeTarget } from './probe-target.js';
 import type { MarkerEntry, MarkerRegistry } from './marker-registry.js';
-import type { BudgetReserve, ProbeFn, ProbeRequest } from './probe-fn.js';
+import { AUTO_BUDGET_FALLBACK, type BudgetReserve, type ProbeFn, type ProbeRequest } from './probe-fn.js';
 import { combineOutcomes, type ProbeRun, type ScenarioResult } from './result.js';
 import type { Scanner } from './scanner.js';
 import type { ProbeTuning, ScenarioContext, Tenant, TokenBudget } from './scenarios/context.js';
@@ -19,6 +19,7 @@ import { DEAD_AFTER_FAILURES, MAX_PROBE_RESPONSE_BYTES } from '../bounds.js';
 import { createRedactor, targetSecrets } from './redactor.js';
 import { cutOf, cutSkipped, markCut, RunCut } from './run-cut.js';
 import { createLiveness, WatchedTargetClient, type Liveness } from './target/watched-client.js';
+import { runBudget } from './scenarios/cost.js';
 
 export interface ProbeDeps {
   registry: MarkerRegistry;
@@ -92,7 +93,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         scanner: deps.scanner,
         secrets: redactor.secrets,
         signal: cycle.signal,
-        budget: tokenBudget(req.tokenBudget, req.moreBudget),
+        budget: tokenBudget(req.tokenBudget === 'auto' ? runBudget(req.scenarios, introspection, tuning, AUTO_BUDGET_FALLBACK) : req.tokenBudget, req.moreBudget),
         tuning,
         calibration: { tried: false },
         prefixReuse: {},
@@ -136,6 +137,8 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         ...(introspection.contextTokens !== undefined ? { contextTokens: introspection.contextTokens } : {}),
         ...(introspection.poolTokens !== undefined ? { poolTokens: introspection.poolTokens } : {}),
         ...(introspection.pageSize !== undefined ? { pageSize: introspection.pageSize } : {}),
+        ...(introspection.reservationPoolTokens !== undefined ? { reservationPoolTokens: introspection.reservationPoolTokens } : {}),
+        ...(introspection.largestPoolTokens !== undefined ? { largestPoolTokens: introspection.largestPoolTokens } : {}),
       },
       up: introspection.reachable,
     } satisfies ProbeRun);

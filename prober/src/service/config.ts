@@ -22,7 +22,7 @@
  *       overlimit-handoff: 1h       # a key given here overrides its default (a target's, the top level's).
  *       prefix-churn: every_cycle   # `every_cycle` drops one scenario's tier; `scenarios: every_cycle` drops them all
  *   budget:
- *     tokens_per_hour: 2000000      # per target, over a sliding hour; a cycle that cannot fit is skipped and counted
+ *     tokens_per_hour: auto         # per target, over a sliding hour (auto: from the tiers and the endpoint's sizes)
  *   concurrency:
  *     global: 4                     # scenario runs in flight across all targets
  *     per_target: 2                 # scenario runs of one cycle in flight at once against one target
@@ -46,6 +46,7 @@
  *     plant_tokens: 1048576         # planted tokens per overlimit-handoff cycle / churned per prefix-churn round
  *     abort_rounds: 29              # abort-race race windows per cycle (a pass needs 29)
  *     abort_ballast: true           # abort-race fills the exposed pool with ballast so freed pages are reused at once
+ *     ballast_hold: prompt          # prompt: half prompt, half generation; generation: a short prompt, a long generation
  *     reader_max_tokens: 48         # generated tokens asked of readers and planters
  *     sweep: [0.5, 0.75, 0.95]      # prompt sizes (fractions of the context limit) when the pool is hidden
  *     chat: false                   # use /v1/chat/completions instead of /v1/completions
@@ -76,6 +77,7 @@ import { targetSecrets } from '../probe/redactor.js';
 import { parseDiscover, type DiscoverSpec } from './discovery/spec.js';
 import { DEFAULT_SCENARIO_INTERVALS, EVERY_CYCLE } from './scenario-schedule.js';
 import { parseSilence, type Silence } from './silences.js';
+import { parseExternalUrl } from './external-url.js';
 import type { KeyFiles } from './key-files.js';
 import { accessSync, constants as fsConstants, statSync } from 'node:fs';
 
@@ -94,8 +96,19 @@ export interface ScheduleConfig {
 }
 
 export interface BudgetConfig {
+  /**
+   * Tokens sent per sliding hour. With `derived` (the default, `tokens_per_hour: auto`) this is a placeholder
+   * (unlimited) until the endpoint's advertised sizes are known; serve then sets the target's limit from its
+   * tiers and those sizes (scenario-cost.ts derivedBudget).
+   */
   tokensPerHour: number;
+  derived?: boolean;
 }
+
+/** `budget.tokens_per_hour: auto` (the default): sized by serve from the tiers and the endpoint's advertised sizes. */
+/** Until the sizes are known: no limit in practice, yet small enough that shares of it stay exact integers. */
+export const UNSIZED_TOKENS_PER_HOUR = 1_000_000_000_000;
+export const DERIVED_BUDGET: Readonly<BudgetConfig> = { tokensPerHour: UNSIZED_TOKENS_PER_HOUR, derived: true };
 
 /** A tenant as the config gives it: the probe's ProbeTenant (probe/probe-target.ts). */
 export type TenantConfig = ProbeTenant;
@@ -129,6 +142,8 @@ export interface ServiceConfig {
   discovery?: DiscoveryEntry[];
   /** `silences:`: acknowledged findings (silences.ts); `kvcanary ack` adds more in the store. */
   silences?: Silence[];
+  /** `external_url:` the status page as on-call reaches it, `{shard}` for the shard index (external-url.ts). */
+  externalUrl?: string;
 }
 
 /** A `discover:` entry: `template` (baseUrl '') is what every discovered target of it inherits. */
@@ -166,7 +181,8 @@ export class ConfigError extends Error {
 export interface ParseConfigOptions {
   /** Environment used to check that api_key_env variables are set. @default process.env */
   env?: Record<string, string | undefined>;
-  /** Check that every api_key_env variable is set (serve, run). check-config and report only need it named. @default true */
+  /** Check that every api_key_env variable is set and every api_key_file readable (serve). check-config, report, ack
+   *  and run's --config (silences only) need them only named. @default true */
   requireSecrets?: boolean;
   /** Scenario names the prober knows; anything else is rejected. */
   knownScenarios: readonly string[];
@@ -186,7 +202,6 @@ export const DEFAULTS = {
   interval: '5m',
   timeout: '2m',
   jitter: '30s',
-  tokensPerHour: 2_000_000,
   concurrencyGlobal: 4,
   concurrencyPerTarget: 2,
 } as const;
@@ -355,7 +370,7 @@ interface TargetDefaults {
   tuning?: ProbeTuning;
 }
 
-type TuningKind = { int: number } | 'bool' | 'fraction' | 'fractions' | 'ints';
+type TuningKind = { int: number } | { oneOf: readonly string[] } | 'bool' | 'fraction' | 'fractions' | 'ints';
 
 /** The `probe:` keys, the ProbeTuning field each sets, and what it takes. */
 const TUNING_KEYS: Readonly<Record<string, { field: keyof ProbeTuning; kind: TuningKind }>> = {
@@ -363,6 +378,7 @@ const TUNING_KEYS: Readonly<Record<string, { field: keyof ProbeTuning; kind: Tun
   plant_tokens: { field: 'plantTokens', kind: { int: 1 } },
   abort_rounds: { field: 'abortRounds', kind: { int: 1 } },
   abort_ballast: { field: 'abortBallast', kind: 'bool' },
+  ballast_hold: { field: 'ballastHold', kind: { oneOf: ['prompt', 'generation'] } },
   reader_max_tokens: { field: 'readerMaxTokens', kind: { int: 1 } },
   sweep: { field: 'sweep', kind: 'fractions' },
   chat: { field: 'chat', kind: 'bool' },
@@ -544,6 +560,8 @@ class Validator {
     const o = this.object(value, p, ['tokens_per_hour']);
     if (o === undefined) return undefined;
     if (o.tokens_per_hour === undefined) return this.fail(join(p, 'tokens_per_hour'), 'required');
+    if (o.tokens_per_hour === 'auto') return { ...DERIVED_BUDGET };
+    if (typeof o.tokens_per_hour !== 'number') return this.fail(join(p, 'tokens_per_hour'), `expected auto or an integer >= 1, got ${describe(o.tokens_per_hour)}`);
     const n = this.int(o.tokens_per_hour, join(p, 'tokens_per_hour'), 1);
     return n === undefined ? undefined : { tokensPerHour: n };
   }
@@ -560,7 +578,10 @@ class Validator {
       const kp = join(p, key);
       const kind = spec.kind;
       const fraction = (x: unknown): x is number => typeof x === 'number' && x > 0 && x < 1;
-      if (typeof kind === 'object') {
+      if (typeof kind === 'object' && 'oneOf' in kind) {
+        if (typeof raw === 'string' && kind.oneOf.includes(raw)) out[spec.field] = raw;
+        else this.fail(kp, `expected one of ${kind.oneOf.join(', ')}, got ${describe(raw)}`);
+      } else if (typeof kind === 'object') {
         const n = this.int(raw, kp, kind.int);
         if (n !== undefined) out[spec.field] = n;
       } else if (kind === 'bool') {
@@ -698,7 +719,7 @@ class Validator {
 
   root(raw: unknown): ServiceConfig | undefined {
     if (raw === null || raw === undefined) return this.fail('', 'the config is empty: expected a mapping with at least `targets`');
-    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets', 'allowed_hosts', 'shutdown_grace', 'silences']);
+    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets', 'allowed_hosts', 'shutdown_grace', 'silences', 'external_url']);
     if (o === undefined) return undefined;
 
     const listen = this.listen(o.listen ?? DEFAULTS.listen, 'listen');
@@ -722,7 +743,7 @@ class Validator {
     }
 
     const schedule = this.schedule(o.schedule ?? {}, 'schedule', undefined);
-    const budget = o.budget === undefined ? { tokensPerHour: DEFAULTS.tokensPerHour } : this.budget(o.budget, 'budget');
+    const budget = o.budget === undefined ? { ...DERIVED_BUDGET } : this.budget(o.budget, 'budget');
 
     let concurrency: ServiceConfig['concurrency'] | undefined;
     const co = o.concurrency === undefined ? {} : this.object(o.concurrency, 'concurrency', ['global', 'per_target']);
@@ -791,10 +812,15 @@ class Validator {
     return config;
   }
 
-  /** `allowed_hosts:` and `shutdown_grace:`. */
-  private serviceExtras(o: Obj): Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs'> | undefined {
+  /** `allowed_hosts:`, `shutdown_grace:` and `external_url:`. */
+  private serviceExtras(o: Obj): Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs' | 'externalUrl'> | undefined {
     const before = this.issues.length;
-    const out: Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs'> = {};
+    const out: Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs' | 'externalUrl'> = {};
+    if (o.external_url !== undefined) {
+      const r = parseExternalUrl(o.external_url);
+      if ('error' in r) this.fail('external_url', r.error);
+      else out.externalUrl = r.url;
+    }
     if (o.allowed_hosts !== undefined) {
       const hosts = o.allowed_hosts;
       if (!Array.isArray(hosts) || hosts.length > 64 || !hosts.every((h) => typeof h === 'string' && /^[A-Za-z0-9.-]{1,253}$/.test(h))) {

@@ -76,6 +76,7 @@ export function createRecorder(deps: RecorderDeps): Recorder {
         logger.error({ err, target, runId }, 'could not store late findings');
       }
       observeFindings(metrics, target, findings);
+      metrics.open.observeLate(target, runId, findings);
       for (const f of findings) logFinding(target, runId, f);
     },
 

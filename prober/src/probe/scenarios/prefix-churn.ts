@@ -47,9 +47,10 @@ import { tokenLine } from './calibration.js';
 import type { ScenarioContext, Tenant } from './context.js';
 import { exchange, sentBySelf, type Exchange } from './exchange.js';
 import { initialSizing, plant, type PlanterSizing } from './planting.js';
-import { notApplicableNote, recordReuse, reuseByCachedTokens } from './prefix-reuse.js';
+import { cycleReuse, notApplicableNote, recordReuse, reuseByCachedTokens } from './prefix-reuse.js';
+import { measureReuse } from './reuse-probe.js';
 import { ResultBuilder } from './result-builder.js';
-import { tenantPair } from './tenant-pair.js';
+import { tenantPair, type TenantPair } from './tenant-pair.js';
 
 export const PREFIX_CHURN = 'prefix-churn';
 
@@ -97,6 +98,8 @@ interface Round {
 const TEXT_KEEP_CHARS = 400;
 /** Rounds played at most while none was exercised end to end (requests the endpoint failed). */
 const MAX_ROUNDS = 4;
+/** Pauses before re-sending a control that showed no reuse (a tier that writes back after the request ended). */
+export const TIER_SETTLE_MS = [50, 250, 1000] as const;
 
 export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult> {
   const out = new ResultBuilder(PREFIX_CHURN, ctx);
@@ -129,7 +132,7 @@ export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult>
   const churnTarget = ctx.tuning.plantTokens ?? (pool !== undefined ? Math.ceil(pool * (1 + CHURN_MARGIN)) : Number.isFinite(requestCap) ? requestCap : pieceTokens * 4);
   out.note(
     pool !== undefined
-      ? `KV pool ${pool} tokens${ctx.introspection.pageSize !== undefined ? ` (pages of ${ctx.introspection.pageSize})` : ''}: churn of ${churnTarget} tokens per round in planters of at most ${pieceTokens}`
+      ? `${poolLabel(ctx.introspection, slots !== undefined && ctx.introspection.poolTokens === undefined)} ${pool} tokens${ctx.introspection.pageSize !== undefined ? ` (pages of ${ctx.introspection.pageSize})` : ''}: churn of ${churnTarget} tokens per round in planters of at most ${pieceTokens}`
       : `KV pool not exposed: churn of ${churnTarget} tokens per round (${ctx.tuning.plantTokens !== undefined ? 'plantTokens' : Number.isFinite(requestCap) ? 'the context limit' : 'four planters'}), which may not reach P's pages; only the re-read's cached tokens can show it did`,
   );
   if (pieceTokens < MIN_PIECE_TOKENS) {
@@ -161,6 +164,17 @@ export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult>
     if (round.warm.result.transport !== 'ok') continue; // not answered: this round proves nothing, try another
     round.control = await sender.send(a, 'churn-control', prompt, own, SHORT_MAX_TOKENS, undefined, keep('control'));
     if ((stopped = round.control === undefined)) break;
+    // A tier that stores a prefix only after the request ended (a host tier's write-back) serves it a moment
+    // later: while the re-send shows no reuse, it is sent again after a pause (TIER_SETTLE_MS).
+    for (const pause of TIER_SETTLE_MS) {
+      const [w, c] = [round.warm.result.usage?.cachedTokens, round.control?.result.usage?.cachedTokens];
+      if (round.control?.result.transport !== 'ok' || w === undefined || c === undefined || c > w || ctx.signal.aborted) break;
+      await new Promise((r) => setTimeout(r, pause));
+      round.text.control = '';
+      const again = await sender.send(a, 'churn-control', prompt, own, SHORT_MAX_TOKENS, undefined, keep('control'));
+      if (again === undefined) break;
+      round.control = again;
+    }
     round.churn = await churn(ctx, out, sizing, b, churnTarget, pieceTokens);
     if ((stopped = round.churn.planters === 0)) break; // nothing churned: a re-read would show nothing
     if (slot !== undefined) {
@@ -171,7 +185,7 @@ export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult>
     if ((stopped = round.reread === undefined)) break;
   }
   if (stopped) out.note(`stopped early, ${done.length} of ${rounds} round(s) begun (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted, or the first send of P was not answered'})`);
-  return judge(ctx, out, done, pool);
+  return judge(ctx, out, done, pool, pair);
 }
 
 /** The same tenant, its requests pinned to one llama.cpp slot. */
@@ -263,7 +277,7 @@ async function churn(ctx: ScenarioContext, out: ResultBuilder, sizing: PlanterSi
   return tally;
 }
 
-function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], pool: number | undefined): ScenarioResult {
+async function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], pool: number | undefined, pair: TenantPair): Promise<ScenarioResult> {
   const ok = (ex: Exchange | undefined): ex is Exchange => ex !== undefined && ex.result.transport === 'ok';
   const cached = (ex: Exchange | undefined): number | undefined => (ok(ex) ? ex.result.usage?.cachedTokens : undefined);
   const fmt = (n: number | undefined): string => (n === undefined ? '?' : String(n));
@@ -319,13 +333,21 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], pool: 
 
   // A finding decides the outcome (finish() makes it a fail); the reasons below say why a clean run could not pass.
   if (out.findings.length > 0) return out.finish('inconclusive');
-  // Is there a prefix cache at all? warm → control is an exact same-tenant re-send (prefix-reuse.ts).
+  // Is there a prefix cache at all? warm → control is an exact same-tenant re-send; counters alone never
+  // conclude "none": that takes the cycle's one powered judgement (prefix-reuse.ts), measured if need be.
   const byTokens = reuseByCachedTokens(rounds.map((r) => ({ first: cached(r.warm), resend: ok(r.warm) ? cached(r.control) : undefined })));
-  recordReuse(ctx.prefixReuse, { ...byTokens, by: PREFIX_CHURN });
-  const verdict = byTokens.reuse === 'none' ? { ...byTokens, by: PREFIX_CHURN } : ctx.prefixReuse?.verdict;
-  if (reuse === 0 && verdict?.reuse === 'none') {
-    out.note(notApplicableNote(verdict));
-    return out.finish('not-applicable');
+  if (byTokens.reuse === 'shown') recordReuse(ctx.prefixReuse, { ...byTokens, by: PREFIX_CHURN });
+  let hidden = false;
+  if (reuse === 0 && !ctx.signal.aborted) {
+    const verdict = await cycleReuse(ctx.prefixReuse, () => measureReuse(ctx, out, pair.a, PREFIX_CHURN));
+    if (out.findings.length > 0) return out.finish('inconclusive');
+    out.note(`prefix reuse: ${verdict.reuse}: ${verdict.evidence} (${verdict.by})`);
+    if (verdict.reuse === 'none') {
+      out.note(notApplicableNote(verdict));
+      return out.finish('not-applicable');
+    }
+    if (verdict.reason === 'power') out.reason = 'power';
+    hidden = verdict.countersHideHits === true;
   }
   if (restored > 0) out.note(`in ${restored} round(s) the churn took P's slot and P came back from the host prompt cache intact: entries there are copies, not the slot's reused cells`);
   const reasons: string[] = [];
@@ -333,6 +355,8 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], pool: 
   if (answered === 0) reasons.push('no re-read was answered');
   if (!reported) {
     reasons.push('cached tokens are not reported: reuse before the churn and eviction after it are unobservable, so a clean re-read proves nothing');
+  } else if (reuse === 0 && hidden) {
+    reasons.push('usage counters hide cache hits: timing shows prefix reuse the cached tokens do not report, so eviction after the churn is unobservable');
   } else if (reuse === 0) {
     reasons.push('the same-tenant control showed no reuse (cached tokens not above the first send): caching may be off, so a clean re-read proves nothing (vLLM PR #53347)');
   } else if (exercised === 0) {
@@ -351,4 +375,15 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], pool: 
   }
   for (const r of reasons) out.note(r);
   return out.finish(reasons.length === 0 ? 'pass' : 'inconclusive');
+}
+
+/**
+ * Which pool a churn note's figure is, since it is not always the one the status page's header shows (the
+ * smallest exposed): a slot's cells on llama.cpp, the largest pool where several are exposed (decode's, in
+ * a disaggregated deployment, where a prefix cache keeps its pages), else the one pool.
+ */
+function poolLabel(i: { poolTokens?: number; largestPoolTokens?: number }, slotCells: boolean): string {
+  if (slotCells) return 'slot KV cells';
+  if (i.largestPoolTokens !== undefined && i.poolTokens !== undefined && i.largestPoolTokens !== i.poolTokens) return 'largest KV pool (where the prefix cache keeps its pages)';
+  return 'KV pool';
 }

@@ -32,7 +32,9 @@ import { MARKER_CUE } from '../prompts.js';
 import type { ScenarioResult } from '../result.js';
 import type { ScenarioContext, Tenant } from './context.js';
 import { exchange, sentBySelf, type Exchange } from './exchange.js';
-import { notApplicableNote, recordReuse, reuseByCachedTokens } from './prefix-reuse.js';
+import { cycleReuse, notApplicableNote, recordReuse, reuseByCachedTokens, type PrefixReuseVerdict } from './prefix-reuse.js';
+import { measureReuse } from './reuse-probe.js';
+import { TIER_SETTLE_MS } from './prefix-churn.js';
 import type { MarkerEntry } from '../marker-registry.js';
 import { ResultBuilder } from './result-builder.js';
 import { tenantPair } from './tenant-pair.js';
@@ -69,11 +71,11 @@ export async function prefixCollision(ctx: ScenarioContext): Promise<ScenarioRes
   }
   if (ctx.api !== 'completions') {
     out.note('the collider is a token-id prompt, which only /v1/completions takes: not run with the chat API');
-    return finishUnbuilt(ctx, out);
+    return finishUnbuilt(ctx, out, tenantPair(ctx).a);
   }
   if (tokenizeIds === undefined) {
     out.note('no /tokenize that lists token ids: the collider cannot be built');
-    return finishUnbuilt(ctx, out);
+    return finishUnbuilt(ctx, out, tenantPair(ctx).a);
   }
   const window = pageSize !== undefined && pageSize >= 4 && pageSize <= MAX_WINDOW ? pageSize : DEFAULT_WINDOW;
   out.note(`collider blocks reordered in ${window}-token windows (${pageSize !== undefined ? `page size ${pageSize} advertised` : 'page size not advertised'})`);
@@ -83,7 +85,7 @@ export async function prefixCollision(ctx: ScenarioContext): Promise<ScenarioRes
   const perMarker = await tokensPerMarker(tokenizeIds);
   if (perMarker === undefined) {
     out.note('/tokenize did not answer with token ids');
-    return finishUnbuilt(ctx, out);
+    return finishUnbuilt(ctx, out, tenantPair(ctx).a);
   }
   let count = Math.ceil((ctx.tuning.prefixTokens ?? 512) / perMarker);
   if (contextTokens !== undefined) count = Math.min(count, Math.floor((contextTokens - maxTokens - SUFFIX_ALLOWANCE_TOKENS) / perMarker));
@@ -102,7 +104,7 @@ export async function prefixCollision(ctx: ScenarioContext): Promise<ScenarioRes
     if (round === undefined) break;
     rounds.push(round);
   }
-  return judge(ctx, out, rounds, window);
+  return judge(ctx, out, rounds, window, tenant);
 }
 
 async function runRound(
@@ -133,6 +135,16 @@ async function runRound(
   // suffix (and, for the collider, an order) of its own, so no attempt is a re-send of another.
   const send = { ctx, out, tenant, prefix, mark, ...opts };
   for (let attempt = 0; attempt < ATTEMPTS && (attempt === 0 || worthResending(round.control)); attempt++) {
+    const control = await sendControl(send, prefixEntries.map((e) => e.marker), plantIds.length);
+    if (control === undefined) return round;
+    round.control = control;
+  }
+  // A tier that stores a prefix only after the request ended (a host tier's write-back) serves it a moment
+  // later: while the control shows no reuse, it is sent again after a pause.
+  for (const pause of TIER_SETTLE_MS) {
+    const [p, c] = [round.plant.result.usage?.cachedTokens, round.control?.result.usage?.cachedTokens];
+    if (!ok(round.control) || p === undefined || c === undefined || c > p || ctx.signal.aborted) break;
+    await new Promise((r) => setTimeout(r, pause));
     const control = await sendControl(send, prefixEntries.map((e) => e.marker), plantIds.length);
     if (control === undefined) return round;
     round.control = control;
@@ -197,7 +209,7 @@ async function sendCollider(s: Send, variant: number, sent: number[][]): Promise
   return collider === undefined ? undefined : { exchange: s.out.add(collider), commonPrefix };
 }
 
-function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], window: number): ScenarioResult {
+async function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], window: number, tenant: Tenant): Promise<ScenarioResult> {
   const runId = ctx.runId;
   const cached = (ex: Exchange | undefined): number | undefined => (ok(ex) ? ex.result.usage?.cachedTokens : undefined);
   const baseline = Math.max(0, ...rounds.map((r) => cached(r.plant) ?? 0));
@@ -229,18 +241,26 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], window
       }),
     );
   }
-  // Is there a prefix cache at all? The control is an exact same-tenant re-send (prefix-reuse.ts).
+  // Is there a prefix cache at all? The control is an exact same-tenant re-send; counters alone never
+  // conclude "none": that takes the cycle's one powered judgement (prefix-reuse.ts), measured if need be.
   const byTokens = reuseByCachedTokens(rounds.map((r) => ({ first: cached(r.plant), resend: ok(r.plant) ? cached(r.control) : undefined })));
-  recordReuse(ctx.prefixReuse, { ...byTokens, by: PREFIX_COLLISION });
-  const verdict = ctx.prefixReuse?.verdict;
-  if (controlled.length === 0 && out.findings.length === 0 && (byTokens.reuse === 'none' || verdict?.reuse === 'none')) {
-    out.note(notApplicableNote(byTokens.reuse === 'none' ? { ...byTokens, by: PREFIX_COLLISION } : verdict!));
-    return out.finish('not-applicable');
+  if (byTokens.reuse === 'shown') recordReuse(ctx.prefixReuse, { ...byTokens, by: PREFIX_COLLISION });
+  let verdict: PrefixReuseVerdict | undefined;
+  if (controlled.length === 0 && out.findings.length === 0 && !ctx.signal.aborted) {
+    verdict = await cycleReuse(ctx.prefixReuse, () => measureReuse(ctx, out, tenant, PREFIX_COLLISION));
+    out.note(`prefix reuse: ${verdict.reuse}: ${verdict.evidence} (${verdict.by})`);
+    if (verdict.reuse === 'none' && out.findings.length === 0) {
+      out.note(notApplicableNote(verdict));
+      return out.finish('not-applicable');
+    }
+    if (verdict.reason === 'power') out.reason = 'power';
   }
   const reasons: string[] = [];
   if (controlled.length === 0) {
     reasons.push(
-      rounds.some((r) => cached(r.control) !== undefined)
+      verdict?.countersHideHits === true
+        ? 'usage counters hide cache hits: timing shows prefix reuse the cached tokens do not report, so a collider served from the cache would not show in its cached tokens'
+        : rounds.some((r) => cached(r.control) !== undefined)
         ? 'the same-prompt control showed no reuse: caching may be off, so a miss for the collider proves nothing'
         : 'cached tokens are not reported: only the marker signal could speak, and a miss proves nothing',
     );
@@ -250,12 +270,16 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], window
   return out.finish(reasons.length === 0 ? 'pass' : 'inconclusive');
 }
 
-/** The collider could not be built: not applicable where this cycle showed no prefix reuse at all, else inconclusive. */
-function finishUnbuilt(ctx: ScenarioContext, out: ResultBuilder): ScenarioResult {
-  const verdict = ctx.prefixReuse?.verdict;
-  if (verdict?.reuse === 'none') {
-    out.note(notApplicableNote(verdict));
-    return out.finish('not-applicable');
+/** The collider could not be built: not applicable where the cycle's one reuse judgement finds no prefix reuse, else inconclusive. */
+async function finishUnbuilt(ctx: ScenarioContext, out: ResultBuilder, tenant: Tenant): Promise<ScenarioResult> {
+  if (!ctx.signal.aborted) {
+    const verdict = await cycleReuse(ctx.prefixReuse, () => measureReuse(ctx, out, tenant, PREFIX_COLLISION));
+    out.note(`prefix reuse: ${verdict.reuse}: ${verdict.evidence} (${verdict.by})`);
+    if (verdict.reuse === 'none' && out.findings.length === 0) {
+      out.note(notApplicableNote(verdict));
+      return out.finish('not-applicable');
+    }
+    if (verdict.reason === 'power') out.reason = 'power';
   }
   return out.finish('inconclusive');
 }

@@ -8,7 +8,8 @@
  *   one more marker of its own and the marker cue. Then, in random order, back to back:
  *     control — A sends Q_i again with a different suffix (same tenant: must reuse the cache);
  *     reader  — B sends the same Q_i with its own suffix (must not);
- *     fresh   — B sends a new prefix of the same length that nobody sent (the timing baseline).
+ *     fresh   — B sends a new prefix of the same length that nobody sent (the timing baseline);
+ *     short   — B sends a suffix alone (fresh vs short: what a full hit on the prefix would save).
  *   Every prefix starts with a random marker, so its first page is unique and nothing before this round
  *   (the prober's other prompts, the chat template) can make its pages hit.
  * - Markers and the fact that B sends A's prefix: the prefix's markers are registered to A's planting
@@ -38,20 +39,25 @@
  *   full run: one window of pairs skewed by what earlier scenarios left running).
  * - Requests the endpoint fails (llama-server ends some streams with an error on noise output) are never
  *   answers: up to as many rounds again are played while the timing test lacks answered pairs.
- * - Outcome: fail on any finding above info; not-applicable when an exact same-tenant re-send shows no reuse
+ * - Is there a prefix cache at all? One judgement for the three prefix scenarios (prefix-reuse.ts): counters
+ *   and a timing test powered to see what a hit saves. Counters that timing contradicts are not trusted.
+ * - B's timing test must be powered to see half the saving a hit gives (A's own, else a full hit's), even
+ *   where counters speak for B: a tier the counters omit shows only there. When the first rounds are too
+ *   weak for either test, 24 rounds over 4x longer prefixes are played once and judged on their own.
+ * - Outcome: fail on any finding above info; not-applicable only on positive evidence of absence
  *   (prefix-reuse.ts), or when only synthetic identities were compared and they share (cache-salt-ignored);
- *   pass only when the control showed reuse, B showed none, and the timing test ran (enough pairs to reach
- *   alpha); otherwise inconclusive with the reasons.
+ *   inconclusive with reason `power` when absence could not be shown or B's timing could not see a hit;
+ *   pass only when reuse was shown, B showed none by trusted counters or by a powered timing test, and the
+ *   timing test ran; otherwise inconclusive with the reasons.
  */
 import { randomInt } from 'node:crypto';
 import { makeFinding, type Finding } from '../findings.js';
-import { generateMarker } from '../markers.js';
-import { MARKER_CUE } from '../prompts.js';
 import type { ScenarioResult } from '../result.js';
 import { minPairsFor, timingSideChannelTest, type PairedSample, type TimingDecision } from '../stats.js';
-import type { ScenarioContext, Tenant } from './context.js';
-import { exchange, sentBySelf, type Exchange } from './exchange.js';
-import { notApplicableNote, recordReuse, reuseByCachedTokens, type PrefixReuseVerdict } from './prefix-reuse.js';
+import { detectableSaving, hitSaving, STATED_POWER } from '../timing-power.js';
+import type { ScenarioContext } from './context.js';
+import { describeTiming, HIT_SHARE, judgeReuse, notApplicableNote, recordReuse, type PrefixReuseVerdict } from './prefix-reuse.js';
+import { MIN_PREFIX_MARKERS, PrefixSender, prefixMarkerCount, type Sent } from './prefix-sender.js';
 import { ResultBuilder } from './result-builder.js';
 import { sameIdentity, tenantPair, type TenantPair } from './tenant-pair.js';
 
@@ -60,13 +66,15 @@ export const PREFIX_ISOLATION = 'prefix-isolation';
 const DEFAULT_TIMING_PAIRS = 12;
 const DEFAULT_PREFIX_TOKENS = 512;
 /**
- * Where no response reports cached tokens (vLLM without --enable-prompt-tokens-details, many proxies) the
- * timing test is B's only judge. On the bundled engine, 12 pairs over 512-token prefixes caught a shared
- * cache in 2 of 5 cycles (effect about 25%); 24 pairs over 2048-token prefixes in 5 of 5 (effect about 48%,
- * p <= 2e-5). Only then is the extra cost paid; an explicit timingPairs or prefixTokens is kept as given.
+ * Where no response reports cached tokens (vLLM without --enable-prompt-tokens-details, many proxies), or
+ * the first rounds' timing test was too weak to see what a hit saves (a slow or noisy front), the timing
+ * test is the judge, and it gets more pairs over longer prefixes (a longer prefix is a larger share of the
+ * first token's time). On the bundled engine, 12 pairs over 512-token prefixes caught a shared cache in 2
+ * of 5 cycles (effect about 25%); 24 pairs over 2048-token prefixes in 5 of 5 (effect about 48%, p <= 2e-5).
+ * Only then is the extra cost paid; an explicit timingPairs or prefixTokens is kept as given.
  */
-const UNREPORTED_TIMING_PAIRS = 24;
-const UNREPORTED_PREFIX_FACTOR = 4;
+const ESCALATED_TIMING_PAIRS = 24;
+const ESCALATED_PREFIX_FACTOR = 4;
 /**
  * Same-tenant controls served from cache (cached tokens above the baseline) that show the cache reuses
  * prefixes. Under load (three replicas probed on two busy cores, other scenarios filling the pool) the
@@ -76,33 +84,21 @@ const CONTROL_HITS_SHOWING_REUSE = 3;
 /** Rounds of cached-token sharing between synthetic identities after which the scenario stops (cache_salt ignored). */
 const MOOT_AFTER = 2;
 
+interface Round {
+  plant?: Sent;
+  control?: Sent;
+  reader?: Sent;
+  fresh?: Sent;
+  /** B's suffix alone: what a full hit on the prefix leaves to prefill (fresh vs short = a hit's saving). */
+  short?: Sent;
+}
+
 function reportsCachedTokens(round: Round): boolean {
   return [round.plant, round.control, round.reader, round.fresh].some((s) => s?.ex.result.transport === 'ok' && s.ex.result.usage?.cachedTokens !== undefined);
 }
 
 function answeredAny(round: Round): boolean {
   return [round.plant, round.control, round.reader, round.fresh].some((s) => s?.ex.result.transport === 'ok');
-}
-
-/** Tokens one marker with its separator costs at least on common tokenizers (random base32 splits finely). */
-const MIN_TOKENS_PER_MARKER = 12;
-/** Room for the suffix (one marker, the cue) and a chat template. */
-const SUFFIX_ALLOWANCE_TOKENS = 96;
-const MIN_PREFIX_MARKERS = 4;
-/** A marker is 36 characters with its separator: no tokenizer spends more than one token per character. */
-const MARKER_CHARS_UPPER_BOUND_TOKENS = 36;
-
-interface Sent {
-  ex: Exchange;
-  /** When the request's first marker was planted (for evidence). */
-  at: string;
-}
-
-interface Round {
-  plant?: Sent;
-  control?: Sent;
-  reader?: Sent;
-  fresh?: Sent;
 }
 
 export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioResult> {
@@ -131,26 +127,32 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
   const sender = new PrefixSender(ctx, out, maxTokens);
   const needed = minPairsFor(alpha);
   let prefixMarkers = markers.count;
+  const tunable = ctx.tuning.timingPairs === undefined && ctx.tuning.prefixTokens === undefined;
+  let escalated = false;
+  const escalate = async (why: string): Promise<void> => {
+    escalated = true;
+    const longer = await prefixMarkerCount(ctx, ESCALATED_PREFIX_FACTOR * (ctx.tuning.prefixTokens ?? DEFAULT_PREFIX_TOKENS), maxTokens);
+    rounds = ESCALATED_TIMING_PAIRS;
+    prefixMarkers = Math.max(prefixMarkers, longer.count);
+    out.note(`${why}: timing speaks, so ${rounds} rounds and from now on ${longer.note}`);
+  };
   /**
    * Plays rounds into `done`: `planned` of them, and up to as many again while too few timing pairs were
    * answered to decide (an endpoint that fails some requests, e.g. llama-server on noise output, still gets
    * judged; an error is never read as an answer).
    */
-  let escalated = false;
-  const play = async (done: Round[], planned: number, escalate: boolean): Promise<void> => {
+  const play = async (done: Round[], planned: number, escalateIfUnreported: boolean): Promise<void> => {
     // Once synthetic identities showed in MOOT_AFTER rounds, by cached tokens, that the endpoint ignores
     // cache_salt, there is no declared boundary left to test and the timing test has nothing to decide: stop.
     const moot = (): boolean => !pair.declared && tokenFacts(done).shared.length >= MOOT_AFTER;
+    let checked = false;
     for (let i = 0; !ctx.signal.aborted && !moot() && (i < planned || (i < 2 * planned && usablePairs(done) < needed)); i++) {
       // Decided on the first round with an answer: an unanswered round says nothing about cached tokens.
-      const firstAnswered = escalate && !escalated ? done.find(answeredAny) : undefined;
-      if (firstAnswered !== undefined) escalated = true;
-      if (firstAnswered !== undefined && ctx.tuning.timingPairs === undefined && ctx.tuning.prefixTokens === undefined && !reportsCachedTokens(firstAnswered)) {
-        // Without cached tokens the timing test alone speaks for B: give it more pairs and a longer prefix to skip.
-        const longer = await prefixMarkerCount(ctx, UNREPORTED_PREFIX_FACTOR * (ctx.tuning.prefixTokens ?? DEFAULT_PREFIX_TOKENS), maxTokens);
-        planned = rounds = UNREPORTED_TIMING_PAIRS;
-        prefixMarkers = Math.max(prefixMarkers, longer.count);
-        out.note(`cached_tokens not reported in the first answered round: timing alone speaks, so ${rounds} rounds and from now on ${longer.note}`);
+      const firstAnswered = escalateIfUnreported && !checked ? done.find(answeredAny) : undefined;
+      if (firstAnswered !== undefined) checked = true;
+      if (firstAnswered !== undefined && tunable && !escalated && !reportsCachedTokens(firstAnswered)) {
+        await escalate('cached_tokens not reported in the first answered round');
+        planned = rounds;
       }
       const round: Round = {};
       done.push(round);
@@ -164,6 +166,7 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
         async () => void (round.control = (await sender.send(pair.a, 'prefix-control', prefix.markers))?.sent),
         async () => void (round.reader = (await sender.send(pair.b, 'prefix-reader', prefix.markers))?.sent),
         async () => void (round.fresh = (await sender.send(pair.b, 'prefix-fresh', fresh.markers, fresh.requestId))?.sent),
+        async () => void (round.short = (await sender.send(pair.b, 'prefix-short', []))?.sent),
       ];
       // Random order within the round: neither side of a timing pair is systematically first.
       for (let k = steps.length - 1; k > 0; k--) {
@@ -174,102 +177,48 @@ export async function prefixIsolation(ctx: ScenarioContext): Promise<ScenarioRes
     }
   };
 
-  const done: Round[] = [];
+  let done: Round[] = [];
   await play(done, rounds, true);
-  if (done.length < rounds && !ctx.signal.aborted && !pair.declared && tokenFacts(done).shared.length >= MOOT_AFTER) {
-    out.note(`stopped after ${done.length} round(s): cached tokens show the endpoint ignores cache_salt, and no other boundary was declared`);
-  } else if (done.length < rounds) out.note(`stopped after ${done.length} of ${rounds} rounds (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
-  else if (done.length > rounds) out.note(`${done.length - rounds} extra round(s): requests went unanswered and the timing test needs ${needed} answered pairs`);
+  noteRounds(out, ctx, pair, done, rounds, needed);
+  // Too weak to see what a hit saves (a slow or noisy front), or B unjudgeable by timing: once, longer
+  // prefixes and more pairs, judged on their own.
+  const opts = { alpha, minEffect };
+  if (!ctx.signal.aborted && tunable && !escalated && out.findings.length === 0) {
+    const a = analyse(done, opts);
+    // B's timing must be able to see a hit even where counters speak for B: a tier the counters do not
+    // include (a host tier, a second cache) shows only there.
+    const weak = a.verdict.reason === 'power' ? 'the timing test was too weak to see what a hit saves' : a.verdict.reuse === 'shown' && !a.bPowered && !a.cross.detected ? `${pair.b.name}'s timing test was too weak to see the saving a hit gives` : undefined;
+    if (weak !== undefined) {
+      out.note(`first ${done.length} round(s): ${a.verdict.evidence}`);
+      await escalate(weak);
+      done = [];
+      await play(done, rounds, false);
+      noteRounds(out, ctx, pair, done, rounds, needed);
+    }
+  }
 
   // A timing effect for B that B's own cached tokens contradict (reported, reuse shown for A, none for B) is
   // not raised on one test: earlier traffic of the run (late batches of aborted requests, leftover load) can
   // skew one window of pairs. A second, independent set of rounds must confirm it.
   let retest: Round[] | undefined;
   const first = tokenFacts(done);
-  if (!ctx.signal.aborted && first.contradicts && crossTest(done, { alpha, minEffect }).detected) {
+  if (!ctx.signal.aborted && first.contradicts && crossTest(done, opts).detected) {
     out.note(`timing effect for ${pair.b.name} although its cached tokens show no reuse: re-testing with ${rounds} fresh rounds before raising it`);
     retest = [];
     await play(retest, rounds, false);
   }
-  return judge(ctx, out, pair, done, { alpha, minEffect }, retest);
+  return judge(ctx, out, pair, done, opts, retest);
+}
+
+function noteRounds(out: ResultBuilder, ctx: ScenarioContext, pair: TenantPair, done: Round[], rounds: number, needed: number): void {
+  if (done.length < rounds && !ctx.signal.aborted && !pair.declared && tokenFacts(done).shared.length >= MOOT_AFTER) {
+    out.note(`stopped after ${done.length} round(s): cached tokens show the endpoint ignores cache_salt, and no other boundary was declared`);
+  } else if (done.length < rounds) out.note(`stopped after ${done.length} of ${rounds} rounds (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
+  else if (done.length > rounds) out.note(`${done.length - rounds} extra round(s): requests went unanswered and the timing test needs ${needed} answered pairs`);
 }
 
 function usablePairs(rounds: readonly Round[]): number {
   return rounds.filter((r) => r.reader?.ex.result.transport === 'ok' && r.fresh?.ex.result.transport === 'ok' && r.reader.ex.result.ttftMs !== undefined && r.fresh.ex.result.ttftMs !== undefined).length;
-}
-
-/** Sends prefix+suffix requests: registers markers first, and counts echoes of a request's own prompt as self. */
-class PrefixSender {
-  #tokensPerChar = 1; // pessimistic until usage says otherwise: budgets must not be overspent
-
-  constructor(
-    private readonly ctx: ScenarioContext,
-    private readonly out: ResultBuilder,
-    private readonly maxTokens: number,
-  ) {}
-
-  /**
-   * Registers `count` fresh prefix markers for a request to be sent later. A round reserves both of its new
-   * prefixes before its first send, so every timed send does the same client-side work (one suffix marker):
-   * registering dozens of markers just before one side of a pair made that side measurably slower (a few
-   * hundred microseconds, enough for 24 pairs to reach p < 0.001 against a server without any cache).
-   */
-  reserve(tenant: Tenant, role: string, count: number): { requestId: string; markers: string[] } {
-    const { ctx } = this;
-    const requestId = ctx.newRequestId(role);
-    const entries = Array.from({ length: count }, () => ctx.registry.plant({ runId: ctx.runId, requestId, role, tenant: tenant.name }));
-    ctx.onMarkers(entries);
-    return { requestId, markers: entries.map((e) => e.marker) };
-  }
-
-  /** Sends `prefixMarkers` (reserved for `requestId`, or another request's shared prefix) and a suffix marker of its own. */
-  async send(tenant: Tenant, role: string, prefixMarkers: readonly string[], requestId = this.ctx.newRequestId(role)): Promise<{ sent: Sent; markers: string[] } | undefined> {
-    const { ctx } = this;
-    const suffix = ctx.registry.plant({ runId: ctx.runId, requestId, role, tenant: tenant.name });
-    ctx.onMarkers([suffix]);
-    const prompt = `${prefixMarkers.join(' ')}\n${suffix.marker}\nQuote one reference code: ${MARKER_CUE}`;
-    const ex = await exchange(ctx, {
-      role,
-      tenant,
-      requestId,
-      prompt,
-      promptTokens: Math.ceil(prompt.length * this.#tokensPerChar),
-      maxTokens: this.maxTokens,
-      stream: true,
-    });
-    if (ex === undefined) return undefined;
-    const usage = ex.result.usage;
-    if (usage !== undefined && usage.promptTokens > 0) this.#tokensPerChar = Math.min(1, usage.promptTokens / prompt.length);
-    const judged = sentBySelf(ex, prefixMarkers);
-    this.out.add(judged);
-    return { sent: { ex: judged, at: suffix.plantedAt }, markers: [...prefixMarkers] };
-  }
-}
-
-async function prefixMarkerCount(ctx: ScenarioContext, targetTokens: number, maxTokens: number): Promise<{ count: number; note: string }> {
-  let perMarker = MIN_TOKENS_PER_MARKER;
-  let via = `assuming at least ${MIN_TOKENS_PER_MARKER} tokens per marker`;
-  const tokenize = ctx.introspection.tokenize;
-  if (tokenize !== undefined && ctx.api === 'completions') {
-    // Never sent as a completion and never registered: only counted.
-    const sample = Array.from({ length: 8 }, () => generateMarker()).join(' ') + '\n';
-    const counted = await tokenize(sample);
-    if (counted !== undefined && counted > 0) {
-      perMarker = Math.max(1, counted / 8);
-      via = `${perMarker.toFixed(1)} tokens per marker by /tokenize`;
-    }
-  }
-  let count = Math.ceil(targetTokens / perMarker);
-  const context = ctx.introspection.contextTokens;
-  let capped = '';
-  if (context !== undefined) {
-    const room = Math.floor((context - maxTokens - SUFFIX_ALLOWANCE_TOKENS) / Math.max(perMarker, MARKER_CHARS_UPPER_BOUND_TOKENS));
-    if (count > room) {
-      count = Math.max(0, room);
-      capped = `, capped by the context limit ${context}`;
-    }
-  }
-  return { count, note: `shared prefixes of ${count} markers (about ${Math.round(count * perMarker)} tokens; ${via}${capped})` };
 }
 
 const okSent = (s: Sent | undefined): s is Sent => s !== undefined && s.ex.result.transport === 'ok';
@@ -313,14 +262,46 @@ function crossTest(rounds: readonly Round[], opts: { alpha: number; minEffect: n
   return timingSideChannelTest(pairsOf(rounds, (r) => [r.reader, r.fresh]), opts);
 }
 
+/**
+ * The rounds' evidence: the one reuse judgement (prefix-reuse.ts), whether cached tokens can be trusted to
+ * speak for B, and whether B's timing test could have seen the saving A's own hits give.
+ */
+function analyse(rounds: readonly Round[], opts: { alpha: number; minEffect: number }) {
+  const facts = tokenFacts(rounds);
+  const verdict = judgeReuse(
+    {
+      counters: rounds.map((r) => ({ first: cachedOf(r.plant), resend: okSent(r.plant) ? cachedOf(r.control) : undefined })),
+      control: pairsOf(rounds, (r) => [r.control, r.fresh]),
+      hit: pairsOf(rounds, (r) => [r.short, r.fresh]),
+      alpha: opts.alpha,
+    },
+    PREFIX_ISOLATION,
+  );
+  const crossPairs = pairsOf(rounds, (r) => [r.reader, r.fresh]);
+  const cross = timingSideChannelTest(crossPairs, opts);
+  const same = timingSideChannelTest(pairsOf(rounds, (r) => [r.control, r.fresh]), opts);
+  // Counters speak for B only when they showed A's own reuse and timing did not contradict them.
+  const countersSpeak = facts.tokensShowReuse && verdict.countersHideHits !== true;
+  const bByTiming = verdict.reuse === 'shown' && !countersSpeak;
+  // B's test must be able to see a share of what a hit saves: A's own hits where the control measured them,
+  // else a full hit (a fresh prefix against the suffix alone).
+  const full = hitSaving(pairsOf(rounds, (r) => [r.short, r.fresh])) ?? 0;
+  const bNeeds = HIT_SHARE * (same.significant && same.effect > 0 ? same.effect : full);
+  const bDetectable = detectableSaving(crossPairs, opts.alpha);
+  const bPowered = bDetectable.saving !== undefined && bNeeds > 0 && bDetectable.saving <= bNeeds;
+  return { facts, verdict, cross, crossPairs, same, countersSpeak, bByTiming, bNeeds, bDetectable, bPowered };
+}
+
 function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, rounds: Round[], opts: { alpha: number; minEffect: number }, retest?: Round[]): ScenarioResult {
   const { a, b } = pair;
-  const sent = rounds.flatMap((r) => [r.plant, r.control, r.reader, r.fresh]).filter((s): s is Sent => s !== undefined);
+  const sent = rounds.flatMap((r) => [r.plant, r.control, r.reader, r.fresh, r.short]).filter((s): s is Sent => s !== undefined);
   const answered = sent.filter(okSent).length;
   out.note(`${rounds.length} round(s): ${answered}/${sent.length} requests answered`);
+  const an = analyse(rounds, opts);
+  const { verdict, cross, crossPairs, same } = an;
 
   // --- Cached tokens.
-  const { baselineA, baselineB, controls, controlHits, readers, vouched, shared, tokensShowReuse } = tokenFacts(rounds);
+  const { baselineA, baselineB, controls, controlHits, readers, vouched, shared } = an.facts;
   const reported = sent.some((s) => okSent(s) && s.ex.result.usage?.cachedTokens !== undefined);
   if (controls.length > 0) {
     out.note(
@@ -330,6 +311,7 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
   } else {
     out.note(reported ? 'cached_tokens reported, but on no answered control' : 'cached_tokens not reported: reuse can only be judged by timing');
   }
+  if (verdict.countersHideHits === true) out.note('usage counters hide cache hits: the same-tenant re-send was served faster than a fresh prefix while its cached tokens showed none; judged on timing');
   if (shared.length > 0) {
     const worst = shared.reduce((m, r) => (cachedOf(r.reader)! > cachedOf(m.reader)! ? r : m));
     const reader = worst.reader!;
@@ -357,9 +339,6 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
   // cache's own effect). Both pairs are sent in random order within the round, so each pair's members are
   // exchangeable without a cache. (A's plant always goes first: against it, on a server without any cache,
   // the control looked faster in most cycles at p < 0.001, and a cacheless server passed.)
-  const crossPairs = pairsOf(rounds, (r) => [r.reader, r.fresh]);
-  const cross = timingSideChannelTest(crossPairs, opts);
-  const same = timingSideChannelTest(pairsOf(rounds, (r) => [r.control, r.fresh]), opts);
   out.note(`timing, ${a.name} control vs a fresh prefix (cache effect): ${describeTiming(same)}`);
   out.note(`timing, ${b.name} on ${a.name}'s prefix vs a fresh one (side channel): ${describeTiming(cross)}`);
   let timingShared = cross.detected;
@@ -374,15 +353,8 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
     else if (shared.length === 0) out.findings.push(timingFinding(ctx, pair, cross, first, 'cache-salt-ignored'));
   }
 
-  // --- Is there a prefix cache at all? An exact same-tenant re-send decides (prefix-reuse.ts).
-  const byTokens = reuseByCachedTokens(rounds.map((r) => ({ first: cachedOf(r.plant), resend: okSent(r.plant) ? cachedOf(r.control) : undefined })));
-  const controlReuse = tokensShowReuse || same.detected;
-  let verdict: PrefixReuseVerdict = { reuse: 'unknown', evidence: byTokens.evidence, by: PREFIX_ISOLATION };
-  if (controlReuse) verdict = { reuse: 'shown', evidence: tokensShowReuse ? byTokens.evidence : `same-tenant timing control: ${describeTiming(same)}`, by: PREFIX_ISOLATION };
-  else if (byTokens.reuse === 'none') verdict = { reuse: 'none', evidence: `${byTokens.evidence}; timing control: ${describeTiming(same)}`, by: PREFIX_ISOLATION };
-  else if (!reported && same.decidable && same.pairs >= UNREPORTED_TIMING_PAIRS) {
-    verdict = { reuse: 'none', evidence: `cached_tokens not reported; the escalated same-tenant timing control showed no reuse effect: ${describeTiming(same)}`, by: PREFIX_ISOLATION };
-  }
+  // --- Is there a prefix cache at all? One judgement for the three prefix scenarios (prefix-reuse.ts).
+  out.note(`prefix reuse: ${verdict.reuse}: ${verdict.evidence}`);
   recordReuse(ctx.prefixReuse, verdict);
   if (verdict.reuse === 'none' && out.findings.length === 0) {
     out.note(notApplicableNote(verdict));
@@ -397,16 +369,35 @@ function judge(ctx: ScenarioContext, out: ResultBuilder, pair: TenantPair, round
 
   // --- Outcome.
   const reasons: string[] = [];
-  if (!controlReuse) {
+  if (verdict.reuse !== 'shown') {
+    if (verdict.reason === 'power') out.reason = 'power';
     reasons.push(
-      controls.length > 0
-        ? `the same-tenant control showed no reuse (cached_tokens above baseline in ${controlHits.length}/${controls.length} rounds, no timing effect), too few answered re-sends to call caching off, so a miss for ${b.name} proves nothing (vLLM PR #53347)`
-        : `cached_tokens are not reported and ${a.name}'s control showed no timing effect at the test's power: reuse is unobservable, so a miss for ${b.name} proves nothing (vLLM PR #53347)`,
+      verdict.reason === 'power'
+        ? `prefix reuse could be neither shown nor ruled out: ${verdict.evidence}; a miss for ${b.name} proves nothing (vLLM PR #53347)`
+        : controls.length > 0
+          ? `the same-tenant control showed no reuse (cached_tokens above baseline in ${controlHits.length}/${controls.length} rounds, no timing effect), too few answered re-sends to call caching off, so a miss for ${b.name} proves nothing (vLLM PR #53347)`
+          : `cached_tokens are not reported and ${a.name}'s control showed no timing effect: reuse is unobservable, so a miss for ${b.name} proves nothing (vLLM PR #53347)`,
     );
+  } else if (an.countersSpeak) {
+    if (vouched.length === 0) reasons.push(`${b.name}'s reuse could not be observed (no cached_tokens on its reads in a round whose control hit)`);
+    else if (!cross.significant) {
+      out.note(
+        an.bPowered
+          ? `${b.name}: no cached tokens and no timing saving on ${a.name}'s prefix (a saving >= ${Math.round(an.bDetectable.saving! * 100)}% would have shown with probability ${STATED_POWER})`
+          : `${b.name}: judged by cached tokens; its timing test could not see a saving below ${an.bDetectable.saving === undefined ? '90%' : `${Math.round(an.bDetectable.saving * 100)}%`} (a tier the counters do not include would show only there)`,
+      );
+    }
+  } else if (cross.significant && !timingShared) {
+    reasons.push(`${b.name}'s first token on ${a.name}'s prefix was ${Math.round(cross.effect * 100)}% sooner (p = ${cross.pValue.toPrecision(2)}), below the finding's floor of ${Math.round(opts.minEffect * 100)}%: sharing neither shown nor ruled out`);
+  } else if (!cross.significant && !an.bPowered) {
+    out.reason = 'power';
+    reasons.push(
+      `${b.name} is judged on timing (${verdict.countersHideHits === true ? 'usage counters hide cache hits' : 'cached tokens not reported'}), and its test was underpowered: ${a.name}'s hits saved ${Math.round(Math.max(0, same.effect) * 100)}%, ` +
+        `a saving of ${Math.round(an.bNeeds * 100)}% had to be visible, and only ${an.bDetectable.saving === undefined ? 'none up to 90%' : `${Math.round(an.bDetectable.saving * 100)}%`} would have shown with probability ${STATED_POWER}`,
+    );
+  } else if (!cross.significant) {
+    out.note(`${b.name} judged on timing: no saving on ${a.name}'s prefix, and a saving >= ${Math.round(an.bDetectable.saving! * 100)}% would have shown with probability ${STATED_POWER}`);
   }
-  // With trustworthy cached tokens B's count decides; otherwise only the timing test can speak for B.
-  const bChecked = tokensShowReuse ? vouched.length > 0 : same.detected && cross.decidable;
-  if (controlReuse && !bChecked) reasons.push(`${b.name}'s reuse could not be observed (no cached_tokens on its reads in a round whose control hit, and no timing power)`);
   const minPairs = minPairsFor(opts.alpha);
   if (!cross.decidable) reasons.push(`the timing test did not run: ${crossPairs.length} usable pair(s), ${minPairs} needed to reach alpha ${opts.alpha}`);
   for (const r of reasons) out.note(r);
@@ -440,14 +431,6 @@ function timingFinding(ctx: ScenarioContext, pair: TenantPair, d: TimingDecision
       },
     },
     d.pValue,
-  );
-}
-
-function describeTiming(d: TimingDecision): string {
-  if (d.pairs === 0) return 'no usable pairs';
-  return (
-    `${d.pairs} pairs, median ${d.medianCachedMs.toFixed(1)} vs ${d.medianFreshMs.toFixed(1)} ms (effect ${Math.round(d.effect * 100)}%, floor ${Math.round(d.minEffect * 100)}%), ` +
-    `p = ${d.pValue.toPrecision(2)} at alpha ${d.alpha}${d.decidable ? '' : ' (too few pairs to decide)'}: ${d.detected ? 'effect' : 'no effect'}`
   );
 }
 
