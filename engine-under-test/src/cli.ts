@@ -12,6 +12,15 @@ import { FREE_LIST_POLICIES, type FreeListPolicy } from './free-list.js';
 import { PRESETS } from './presets.js';
 import { startEngine, type StartEngineOptions } from './start.js';
 
+/**
+ * A flag value for a usage error: a short plain word or number is quoted; anything else (a key pasted into the
+ * wrong flag, control characters) is described by its length, never echoed.
+ */
+function shown(value: unknown): string {
+  const s = String(value);
+  return /^[A-Za-z0-9_.+-]{1,24}$/.test(s) && !/\d.*[A-Za-z]{3}|[A-Za-z]{3}.*\d/.test(s) ? `'${s}'` : `a value of ${s.length} characters (not shown)`;
+}
+
 const EXIT_OK = 0;
 const EXIT_USAGE = 64;
 const EXIT_INTERNAL = 70;
@@ -60,7 +69,7 @@ class UsageError extends Error {}
 function positiveInt(flag: string, value: string | undefined, min = 1, max = Number.MAX_SAFE_INTEGER): number | undefined {
   if (value === undefined) return undefined;
   if (!/^\d+$/.test(value) || Number(value) < min || Number(value) > max) {
-    throw new UsageError(`--${flag} must be an integer in [${min}, ${max}], got '${value}'`);
+    throw new UsageError(`--${flag} must be an integer in [${min}, ${max}], got ${shown(value)}`);
   }
   return Number(value);
 }
@@ -131,28 +140,28 @@ export function parseEngineArgs(args: string[]): StartEngineOptions | 'help' {
   if (v.help === true) return 'help';
   const preset = v.preset;
   if (preset !== undefined && PRESETS[preset] === undefined) {
-    throw new UsageError(`--preset must be one of ${Object.keys(PRESETS).join(', ')}, got '${preset}'`);
+    throw new UsageError(`--preset must be one of ${Object.keys(PRESETS).join(', ')}, got ${shown(preset)}`);
   }
   const freeList = v['free-list'];
   if (freeList !== undefined && !(FREE_LIST_POLICIES as readonly string[]).includes(freeList)) {
-    throw new UsageError(`--free-list must be one of ${FREE_LIST_POLICIES.join(', ')}, got '${freeList}'`);
+    throw new UsageError(`--free-list must be one of ${FREE_LIST_POLICIES.join(', ')}, got ${shown(freeList)}`);
   }
   for (const [flag, given, known] of [
     ['fault', v.fault, FAULTS],
     ['defense', v.defense, DEFENSES],
   ] as const) {
     for (const name of given ?? []) {
-      if (!(known as readonly string[]).includes(name)) throw new UsageError(`--${flag} must be one of ${known.join(', ')}, got '${name}'`);
+      if (!(known as readonly string[]).includes(name)) throw new UsageError(`--${flag} must be one of ${known.join(', ')}, got ${shown(name)}`);
     }
   }
   const faultRates = parseFaultRates(v['fault-rate'], [...(v.fault ?? []), ...(PRESETS[preset ?? 'single']?.faults ?? [])]);
   const latency = v['transfer-latency-ms'];
   if (latency !== undefined && !(/^\d+(\.\d+)?$/.test(latency) && Number(latency) <= 60_000)) {
-    throw new UsageError(`--transfer-latency-ms must be a number of milliseconds in [0, 60000], got '${latency}'`);
+    throw new UsageError(`--transfer-latency-ms must be a number of milliseconds in [0, 60000], got ${shown(latency)}`);
   }
   const beta = v['model-beta'];
   if (beta !== undefined && !(/^\d+(\.\d+)?$/.test(beta) && Number(beta) > 0 && Number(beta) <= 1000)) {
-    throw new UsageError(`--model-beta must be a number in (0, 1000], got '${beta}'`);
+    throw new UsageError(`--model-beta must be a number in (0, 1000], got ${shown(beta)}`);
   }
   const attention = v.attention;
   if (attention !== undefined && !(ATTENTION_MODES as readonly string[]).includes(attention)) {

@@ -59,7 +59,7 @@ targets:
     expect(c.targets.map((t) => t.name)).toEqual(['static']);
     expect(c.discovery?.map((d) => d.template.name)).toEqual(['glm', 'vllm', 'sg']);
     const glm = c.discovery![0]!;
-    expect(glm.spec).toEqual({ source: { kind: 'file_sd', file: '/etc/kvcanary/sd.json' }, refreshMs: 10_000, scheme: 'http', pathPrefix: '/v1' });
+    expect(glm.spec).toEqual({ source: { kind: 'file_sd', file: '/etc/kvcanary/sd.json' }, refreshMs: 10_000, scheme: 'http', pathPrefix: '/v1', allow: [] });
     expect(glm.template.scenarios).toEqual(['capacity-audit']);
     expect(glm.template.tenants.map((t) => t.name)).toEqual(['a', 'b']);
     expect(c.discovery![1]!.spec).toMatchObject({ source: { kind: 'dns', host: 'vllm-headless.default.svc.cluster.local', port: 8000 }, scheme: 'https', refreshMs: 30_000 });

@@ -2,7 +2,7 @@
  * `kvcanary ack`: acknowledge a known finding for a while (a silence in the evidence store). A running
  * `serve` on that store picks it up at its next probe call: matching findings are still recorded and shown,
  * marked acknowledged, but no longer fail runs or count in kvcanary_findings_total (so they do not page).
- * `kvcanary run --store FILE` applies the silences of its store the same way (its runs are target `cli`).
+ * `kvcanary run --store FILE` applies the silences of its store the same way (a run is named by its endpoint: its config target's name, else HOST:PORT).
  */
 import { existsSync } from 'node:fs';
 import { userInfo } from 'node:os';

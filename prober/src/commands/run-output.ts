@@ -7,6 +7,7 @@ import { EXIT, type ExitCode } from '../exit-codes.js';
 import { atLeast, FINDING_KINDS, type Finding, type Severity } from '../probe/findings.js';
 import { BEHAVIOURAL_SCENARIOS, combineOutcomes, outcomeWithoutFindings, type Outcome, type ProbeRun, type ScenarioResult } from '../probe/result.js';
 import { silenceOf, type Silence } from '../service/silences.js';
+import { oneLine } from '../terminal-text.js';
 
 /** Findings that gate: at or above `failOn` and not acknowledged by a silence. */
 function gating(s: ScenarioResult, failOn: Severity): Finding[] {
@@ -105,7 +106,8 @@ export function summaryTable(run: ProbeRun): string {
   for (const [kind, { n, acked }] of kinds) {
     const ackedN = [...acked.values()].reduce((a, b) => a + b, 0);
     lines.push(`finding ${kind} ×${n} [${FINDING_KINDS[kind].severity}]${ackedN > 0 ? ` (${ackedN} acknowledged)` : ''}`);
-    for (const [by, m] of acked) lines.push(`  ACKNOWLEDGED ×${m}: ${by}`);
+    // A silence's reason is the operator's text: one line, whatever an older store holds.
+    for (const [by, m] of acked) lines.push(`  ACKNOWLEDGED ×${m}: ${oneLine(by)}`);
     lines.push(`  what to do: ${FINDING_KINDS[kind].remediation}`);
   }
   for (const s of run.scenarios.filter((x) => x.outcome === 'not-applicable' || x.outcome === 'inconclusive')) {
@@ -145,7 +147,8 @@ export function quietLine(run: ProbeRun, failOn: Severity = 'warning'): string {
 function xml(s: string): string {
   // XML 1.0 forbids most control characters even as references: drop them, escape the rest.
   // eslint-disable-next-line no-control-regex
-  return s.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!);
+  // C1 controls and bidi overrides are legal XML but act on whoever views the report: dropped too.
+  return s.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffe\uffff]/g, '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!);
 }
 
 /**

@@ -3,6 +3,7 @@
  * holds exactly one JSON document. Exit 0 pass, 1 at least one finding (not acknowledged by a silence),
  * 2 inconclusive, 64 bad usage.
  */
+import { jsonText } from '../json-text.js';
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
@@ -12,19 +13,19 @@ import { runProbe } from '../probe/probe.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { parseBaseUrl } from '../probe/target/base-url.js';
-import { runStorePath } from '../installation/home.js';
+import { markerKeyPath, runStorePath } from '../installation/home.js';
 import { InstallationError } from '../installation/installation-error.js';
 import { createInstallationRegistry, persistPlantings } from '../installation/registry.js';
 import { applySilences } from '../service/silences.js';
 import { openStore } from '../service/store.js';
-import { runSilences } from './run-silences.js';
-import { writeFileSync } from 'node:fs';
+import { configTargetAt, endpointName, runSilences } from './run-silences.js';
+import { checkOutputFile, writeOutputFile, type OutputFileRules } from './output-file.js';
 import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from './run-output.js';
 import { RunCut } from '../probe/run-cut.js';
 import { forTerminal, oneLine } from '../terminal-text.js';
 import { UsageError, durationFlag, headerFlags, parseArgsMessage, positiveIntFlag } from './usage.js';
 import { DEFAULT_RUN_DEADLINE_MS, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS } from '../bounds.js';
-import { shownString } from '../shown-value.js';
+import { shownPath, shownString } from '../shown-value.js';
 
 export const RUN_USAGE = `usage: kvcanary run --target URL [options]
 
@@ -49,12 +50,14 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --json                  print one JSON document on stdout
   --fail-on SEVERITY      exit 1 only for a finding at or above it: critical, high, warning (default), info;
                           every finding is still listed
-  --junit FILE            also write a JUnit XML report (a testcase per scenario) to FILE
+  --junit FILE            also write a JUnit XML report (a testcase per scenario) to FILE: a new file or an
+                          earlier XML report, checked before the run (never a link, the store or the key)
   --store FILE            where plantings and this run are recorded, so later runs attribute its markers
                           (default $KVCANARY_HOME/runs.sqlite, ~/.config/kvcanary/runs.sqlite; may be the
                           file \`serve\` writes); silences acknowledged in it (\`kvcanary ack --store FILE\`) apply
   --config FILE           apply the \`silences:\` of this serve config too (its api_key_env variables need not
-                          be set). The run is matched as target \`cli\`, and as any config target with this URL.
+                          be set). The run is named after the config target with this URL, else HOST:PORT of
+                          the URL (e.g. 10.0.0.5:8000); silences match it by that name.
                           A silenced finding is listed, marked acknowledged, and does not count for --fail-on
   -q, --quiet             no progress on stderr, and the verdict as one line (with its reason, e.g.
                           "INCONCLUSIVE (unreachable)") instead of the table
@@ -82,8 +85,15 @@ export async function runMain(args: string[]): Promise<number> {
   // Loaded before anything is sent: a bad config is a usage error, not a wasted run.
   const config: ServiceConfig | undefined = opts.config === undefined ? undefined
     : await loadConfig(opts.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
+  // Named by its endpoint: the config target at this URL, else HOST:PORT (run-silences.ts), so a silence or
+  // a stored run is about one endpoint.
+  const configName = configTargetAt(config, opts.target.baseUrl);
+  if (configName !== undefined) opts.target.name = configName;
   // The installation's key and store: markers planted by earlier runs decrypt and are attributed to them.
-  const store = openStore({ path: opts.store ?? runStorePath(), retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
+  const storePath = opts.store ?? runStorePath();
+  // A --junit path that cannot be written is found now, not after the whole run (the verdict would be lost).
+  if (opts.junit !== undefined) checkOutputFile(opts.junit, junitRules(storePath));
+  const store = openStore({ path: storePath, retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
   let registry;
   try {
     store.prune(Date.now());
@@ -127,12 +137,13 @@ export async function runMain(args: string[]): Promise<number> {
     const run = applySilences(probed, silences, now, names);
     store.recordRun(run);
     process.stderr.write(forTerminal(opts.quiet ? quietLine(run, opts.failOn) : summaryTable(run)) + '\n');
-    if (opts.json) process.stdout.write(JSON.stringify(toJson(run, silences), null, 2) + '\n');
+    if (opts.json) process.stdout.write(jsonText(toJson(run, silences), 2) + '\n');
     if (opts.junit !== undefined) {
       try {
-        writeFileSync(opts.junit, toJunit(run, opts.failOn));
+        writeOutputFile(opts.junit, toJunit(run, opts.failOn), junitRules(storePath));
       } catch (err) {
-        throw new UsageError(`--junit: cannot write ${opts.junit} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+        if (err instanceof UsageError) throw err;
+        throw new UsageError(`--junit: cannot write ${shownPath(opts.junit)} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
       }
     }
     return exitCodeFor(run, opts.failOn);
@@ -142,6 +153,19 @@ export async function runMain(args: string[]): Promise<number> {
     process.off('SIGTERM', stop);
     store.close();
   }
+}
+
+/**
+ * `--junit FILE`: a new file, or a JUnit report an earlier run wrote (an XML file) replaced; never the store,
+ * the marker key, a link, a FIFO or a device, and never anything else that exists (a typo must not eat a file).
+ */
+function junitRules(storePath: string): OutputFileRules {
+  return {
+    what: '--junit',
+    overwrite: (head) => head === '' || head.trimStart().startsWith('<?xml') || head.trimStart().startsWith('<testsuites'),
+    existsHint: 'exists and is not an XML report: refusing to overwrite it',
+    protect: [{ file: storePath, what: "kvcanary's evidence store" }, { file: markerKeyPath(), what: "the installation's marker key" }],
+  };
 }
 
 /** Plantings older than this are pruned from `run`'s store (the service's default retention). */
@@ -246,7 +270,7 @@ export function parseRunArgs(args: string[]): RunOptions {
   if (v.store !== undefined && v.store.trim() === '') throw new UsageError('--store: expected a file path');
   if (v.config !== undefined && v.config.trim() === '') throw new UsageError('--config: expected a file path');
   const target: TargetConfig = {
-    name: 'cli',
+    name: endpointName(v.target),
     baseUrl: v.target,
     ...(v.model !== undefined ? { model: v.model } : {}),
     ...(apiKeyEnv !== undefined ? { apiKeyEnv } : {}),

@@ -53,6 +53,9 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
   // whole finished run.
   const fileKeys = [target.apiKeyFile, ...target.tenants.map((t) => t.apiKeyFile)].flatMap((f) => (f === undefined ? [] : [readKeyFile(f) ?? '']));
   const redactor = createRedactor([...targetSecrets(target, env), ...fileKeys.filter((k) => k !== '')]);
+  // A configured key file that is gone or emptied (a Secret being rotated, a mount lost) must not turn into
+  // requests without a key: nothing is sent and the run says why.
+  if (fileKeys.includes('')) return noKeyRun(req, target.name, target.baseUrl, startedAt, clock);
   const progress = deps.progress === undefined ? () => {} : (m: string) => deps.progress!(redactor.text(m));
   // One cycle signal, listened to by every request in flight (dozens at once): lift the listener warning.
   const cycle = new AbortController();
@@ -88,6 +91,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         introspection,
         registry: deps.registry,
         scanner: deps.scanner,
+        secrets: redactor.secrets,
         signal: cycle.signal,
         budget: tokenBudget(req.tokenBudget === 'auto' ? runBudget(req.scenarios, introspection, tuning, AUTO_BUDGET_FALLBACK) : req.tokenBudget, req.moreBudget),
         tuning,
@@ -143,6 +147,12 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
     req.signal.removeEventListener('abort', forward);
     await Promise.all(tenants.map((t) => t.client.close()));
   }
+}
+
+function noKeyRun(req: ProbeRequest, name: string, baseUrl: string, startedAt: string, clock: () => Date): ProbeRun {
+  const why = 'api_key_file: a configured key file is missing, unreadable or empty: nothing was sent (never a request without its key)';
+  const scenarios = req.scenarios.map((s) => skipped(s, why));
+  return { runId: req.runId, target: name, baseUrl, model: '', startedAt, finishedAt: clock().toISOString(), outcome: combineOutcomes(scenarios), scenarios, capacity: {}, up: false };
 }
 
 function readKeyFileNow(file: string): string | undefined {

@@ -66,13 +66,13 @@
  * durations are at most 7d (interval at least 1s; timeout at most 24h, the client's request limit); retention
  * at least 1m. A config file is at most 1 MiB and names at most 1000 targets.
  */
-import { readFile, stat } from 'node:fs/promises';
+import { open } from 'node:fs/promises';
 import path from 'node:path';
 import { parseDocument } from 'yaml';
 import type { ProbeTuning } from '../probe/scenarios/context.js';
 import type { ProbeTarget, ProbeTenant } from '../probe/probe-target.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS, MAX_CONFIG_BYTES, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS, MAX_SHUTDOWN_GRACE_MS, MAX_TARGETS } from '../bounds.js';
-import { describeValue } from '../shown-value.js';
+import { describeValue, shownKey, shownPath, shownString } from '../shown-value.js';
 import { targetSecrets } from '../probe/redactor.js';
 import { parseDiscover, type DiscoverSpec } from './discovery/spec.js';
 import { DEFAULT_SCENARIO_INTERVALS, EVERY_CYCLE } from './scenario-schedule.js';
@@ -242,15 +242,11 @@ export function formatDuration(ms: number): string {
 export async function loadConfig(file: string, opts: ParseConfigOptions): Promise<ServiceConfig> {
   let text: string;
   try {
-    // A huge file is refused before it is read (parsing 10 MB of YAML takes seconds and a gigabyte).
-    const size = (await stat(file)).size;
-    if (size > MAX_CONFIG_BYTES) {
-      throw new ConfigError('KVC_CONFIG_INVALID', [{ path: '', message: `the config is ${size} bytes: at most ${MAX_CONFIG_BYTES} are accepted` }], { file });
-    }
-    text = await readFile(file, 'utf8');
+    text = await readConfigText(file);
   } catch (err) {
     if (err instanceof ConfigError) throw err;
-    const reason = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'file not found' : `cannot read: ${(err as Error).message}`;
+    const code = (err as NodeJS.ErrnoException).code;
+    const reason = code === 'ENOENT' ? 'file not found' : `cannot read (${code ?? 'error'})`;
     throw new ConfigError('KVC_CONFIG_UNREADABLE', [{ path: '', message: reason }], { file, cause: err });
   }
   try {
@@ -258,6 +254,34 @@ export async function loadConfig(file: string, opts: ParseConfigOptions): Promis
   } catch (err) {
     if (err instanceof ConfigError) throw new ConfigError(err.code, err.issues, { file });
     throw err;
+  }
+}
+
+/**
+ * The config file's text: a regular file only (a FIFO would hang the read, /dev/zero never end it), opened
+ * without blocking, and read up to the size cap whatever its size said (a file may grow while it is read).
+ */
+async function readConfigText(file: string): Promise<string> {
+  const fh = await open(file, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) {
+      throw new ConfigError('KVC_CONFIG_UNREADABLE', [{ path: '', message: `not a regular file (${st.isFIFO() ? 'a FIFO' : st.isDirectory() ? 'a folder' : st.isCharacterDevice() || st.isBlockDevice() ? 'a device' : 'a special file'}): give the config file itself` }], { file });
+    }
+    // A huge file is refused before it is parsed (parsing 10 MB of YAML takes seconds and a gigabyte).
+    const tooBig = (size: number): ConfigError => new ConfigError('KVC_CONFIG_INVALID', [{ path: '', message: `the config is ${size} bytes: at most ${MAX_CONFIG_BYTES} are accepted` }], { file });
+    if (st.size > MAX_CONFIG_BYTES) throw tooBig(st.size);
+    const buf = Buffer.alloc(MAX_CONFIG_BYTES + 1);
+    let n = 0;
+    while (n < buf.length) {
+      const { bytesRead } = await fh.read(buf, n, buf.length - n, n);
+      if (bytesRead === 0) break;
+      n += bytesRead;
+    }
+    if (n > MAX_CONFIG_BYTES) throw tooBig(n);
+    return buf.subarray(0, n).toString('utf8');
+  } finally {
+    await fh.close();
   }
 }
 
@@ -334,8 +358,10 @@ function didYouMean(key: string, allowed: readonly string[]): string {
   return best !== undefined && bestD <= Math.max(2, Math.floor(key.length / 3)) ? ` (did you mean \`${best}\`?)` : '';
 }
 
+// A field path names the key as the file spells it, unless that key is no plain name (a header or tenant name
+// holding ESC, a line break, or a pasted key): then it is described (shown-value.ts), never printed raw.
 const join = (base: string, key: string | number): string =>
-  typeof key === 'number' ? `${base}[${key}]` : base === '' ? key : `${base}.${key}`;
+  typeof key === 'number' ? `${base}[${key}]` : base === '' ? shownKey(key) : `${base}.${shownKey(key)}`;
 
 interface TargetDefaults {
   schedule?: ScheduleConfig;
@@ -421,20 +447,24 @@ class Validator {
   }
 
   /**
-   * A key file: must exist and be readable now (its content is never echoed), unless no key is needed
-   * (requireSecrets false: ack, report and run read only the store path or silences, never a key).
+   * A key file: its content is never echoed, nor its path when the path could be a key. serve and run need it
+   * readable now, a regular file, not writable by group or others (whoever can write it chooses the key sent);
+   * check-config, report and ack (requireSecrets: false) only need it named, as with api_key_env.
    */
   private keyFile(value: unknown, p: string): string | undefined {
-    const s = this.string(value, p, 'the path of a file holding the API key');
-    if (s === undefined) return undefined;
-    const file = path.resolve(this.opts.baseDir ?? process.cwd(), s);
+    if (typeof value !== 'string' || value === '') return this.fail(p, `expected the path of a file holding the API key, got ${describe(value)}`);
+    const file = path.resolve(this.opts.baseDir ?? process.cwd(), value);
+    if (/[\u0000-\u001f\u007f-\u009f]/.test(value)) return this.fail(p, 'expected a file path without control characters');
     if (this.opts.requireSecrets === false) return file;
+    const shown = shownPath(file);
     try {
       accessSync(file, fsConstants.R_OK);
-      if (!statSync(file).isFile()) return this.fail(p, `${file} is not a file`);
-      if (statSync(file).size === 0) return this.fail(p, `${file} is empty`);
+      const st = statSync(file);
+      if (!st.isFile()) return this.fail(p, `${shown} is not a regular file`);
+      if (st.size === 0) return this.fail(p, `${shown} is empty`);
+      if ((st.mode & 0o022) !== 0) return this.fail(p, `${shown} is writable by ${(st.mode & 0o002) !== 0 ? 'anyone' : 'its group'} (mode ${(st.mode & 0o777).toString(8)}): chmod go-w it (0600 or 0640 as a Secret mounts it)`);
     } catch (err) {
-      return this.fail(p, `cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      return this.fail(p, `cannot read ${shown} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
     }
     return file;
   }
@@ -447,7 +477,7 @@ class Validator {
       const ip = join(p, i);
       if (typeof s !== 'string') { this.fail(ip, `expected a scenario name, got ${describe(s)}`); return; }
       if (!this.known.has(s)) {
-        this.fail(ip, `unknown scenario ${JSON.stringify(s)}${didYouMean(s, [...this.known])}; known: ${[...this.known].join(', ')}`);
+        this.fail(ip, `unknown scenario ${shownString(s)}${didYouMean(s, [...this.known])}; known: ${[...this.known].join(', ')}`);
         return;
       }
       if (seen.has(s)) { this.fail(ip, `scenario ${JSON.stringify(s)} listed twice`); return; }
@@ -581,7 +611,7 @@ class Validator {
     for (const [k, v] of Object.entries(value as Obj)) {
       const hp = join(p, k);
       const lower = k.toLowerCase();
-      if (!HEADER_NAME_RE.test(k)) { this.fail(hp, 'expected a valid HTTP header name'); continue; }
+      if (!HEADER_NAME_RE.test(k) || k.length > 256) { this.fail(hp, 'expected a valid HTTP header name (a token of at most 256 characters)'); continue; }
       if (RESERVED_HEADERS.has(lower)) {
         this.fail(hp, lower === 'authorization'
           ? 'Authorization is set from api_key_env: put the key in an environment variable and name it there'
@@ -748,7 +778,7 @@ class Validator {
         if (typeof n !== 'string') return;
         const first = firstByName.get(n);
         if (first === undefined) firstByName.set(n, i);
-        else this.fail(`targets[${i}].name`, `duplicate target name ${JSON.stringify(n)} (first used by targets[${first}])`);
+        else this.fail(`targets[${i}].name`, `duplicate target name ${shownString(n)} (first used by targets[${first}])`);
       });
       if (list.every((t): t is TargetConfig & { discover?: DiscoverSpec } => t !== undefined)) {
         targets = [];

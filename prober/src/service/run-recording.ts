@@ -50,8 +50,11 @@ export function createRecorder(deps: RecorderDeps): Recorder {
       }
       observeRun(metrics, run);
       const findings = run.scenarios.flatMap((s) => s.findings);
-      logger.info({
+      // A run that sent nothing at all is worth a warning, with its reason (a key file emptied, say).
+      const sentNothing = run.scenarios.every((s) => s.requests.length === 0) && run.outcome === 'inconclusive';
+      logger[sentNothing ? 'warn' : 'info']({
         target: run.target, runId: run.runId, outcome: run.outcome, up: run.up, findings: findings.length,
+        ...(run.outcome === 'inconclusive' ? { why: run.scenarios.find((s) => s.outcome === 'inconclusive')?.notes[0]?.slice(0, 200) } : {}),
         scenarios: Object.fromEntries(run.scenarios.map((s) => [s.name, s.outcome])),
         durationMs: Date.parse(run.finishedAt) - Date.parse(run.startedAt),
       }, `probe run ${run.outcome}: ${run.target}`);

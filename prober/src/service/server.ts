@@ -7,6 +7,7 @@
  * so every value is HTML-escaped and the page is sent with a CSP that allows no script at all.
  * Inconclusive is drawn amber with its own word, never green: "could not establish" is not "isolated".
  */
+import { jsonText } from '../json-text.js';
 import { createHostCheck } from './host-check.js';
 import { parseSince, SinceError } from '../since.js';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -203,7 +204,7 @@ function send(res: ServerResponse, status: number, type: string, body: string, h
 }
 
 function sendJson(res: ServerResponse, status: number, value: unknown, headOnly = false): void {
-  send(res, status, 'application/json; charset=utf-8', JSON.stringify(value) + '\n', headOnly);
+  send(res, status, 'application/json; charset=utf-8', jsonText(value) + '\n', headOnly);
 }
 
 function limitParam(url: URL, dflt: number): number {

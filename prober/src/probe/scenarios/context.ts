@@ -92,6 +92,8 @@ export interface ScenarioContext {
   introspection: Introspection;
   registry: MarkerRegistry;
   scanner: Scanner;
+  /** The target's credentials, scrubbed from excerpts before they are cut (scanner.ts). */
+  secrets?: readonly string[];
   signal: AbortSignal;
   budget: TokenBudget;
   tuning: ProbeTuning;
