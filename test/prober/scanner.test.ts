@@ -401,7 +401,7 @@ describe('scanner: markers of earlier runs (installation key)', () => {
       [planted[2]!.marker, true, true, 'earlier-run', true],
       [planted[1]!.marker, true, true, 'earlier-run', false],
     ]);
-    expect(matches[0]!.owner).toEqual({ ...earlier, plantedAt: '2026-05-01T11:00:00.000Z', target: 'prod (http://10.0.0.1)' });
+    expect(matches[0]!.owner).toEqual({ ...earlier, plantedAt: '2026-05-01T11:00:00.000Z', target: 'prod (http://10.0.0.1)', requestNo: expect.stringMatching(/^[0-9a-f]{16}$/) });
     expect(matches[0]!.chance).toBeLessThan(1e-12);
     expect(session.stats().decryptedWindows).toBeGreaterThan(0);
   });
