@@ -60,5 +60,5 @@ fi
 if [ ! -x "$llama/faults/bin/llama-server" ]; then
   say "building the fault-injection llama-server into $llama/faults (reuses the pristine build; a minute or two)"
 fi
-"$repo/vendor/llama.cpp/faults/build-faults.sh" "$llama" >/dev/null
+bash "$repo/vendor/llama.cpp/faults/build-faults.sh" "$llama" >/dev/null
 say "ready: llama-server at $llama/bin/llama-server, fault build at $llama/faults/bin/llama-server"
