@@ -8,7 +8,6 @@
  */
 import type { CopyFidelityResult, FidelityRow } from './copy-fidelity.js';
 import { faultHeadlines, timingFalseAlarms, totalFalsePositives, type BenchReport } from './report.js';
-import { DEFAULT_TOKENS_PER_HOUR, defaultSchedule, everyCycleSchedule, scheduleCost, type ScheduleCost } from './schedule-cost.js';
 import { formatDuration } from '../prober/src/service/config.js';
 
 export interface TimingFigures {
@@ -131,55 +130,6 @@ export function prefixFaultTable(f: PrefixFaultFigures): string {
     return `| ${name} | ${r.measured} in ${r.hits} of ${r.cycles} | ${r.foreignPageReads > 0 ? '> 0' : '0'} | ${r.blocks === undefined ? '–' : int(r.blocks)} |`;
   });
   return ['| configuration | measured over the cycles | foreign page reads | blocks counted |', '|---|---|---|---|', ...rows].join('\n') + '\n';
-}
-
-/** Token counts in words, three significant digits or so: 2.78 billion, 369 million, 15.4 million. */
-export function tokensInWords(n: number): string {
-  if (n >= 1e9) return `${(n / 1e9).toFixed(2)} billion`;
-  if (n >= 1e8) return `${Math.round(n / 1e6)} million`;
-  if (n >= 1e6) return `${(n / 1e6).toFixed(1)} million`;
-  return int(n);
-}
-
-/** `288 × capacity-audit (0) + 24 × (a 1 + b 2)`: a schedule's day, scenarios grouped by how often they run. */
-export function scheduleTerms(c: ScheduleCost): string {
-  const byRuns = new Map<number, ScheduleCost['rows']>();
-  for (const r of c.rows) byRuns.set(r.runsPerDay, [...(byRuns.get(r.runsPerDay) ?? []), r]);
-  const sent = (r: ScheduleCost['rows'][number]): string => (r.sentPerRun === undefined ? 'not measured' : int(r.sentPerRun));
-  return [...byRuns].sort(([a], [b]) => b - a).map(([runs, rows]) => (rows.length === 1
-    ? `${runs} × ${rows[0]!.scenario} (${sent(rows[0]!)})`
-    : `${runs} × (${rows.map((r) => `${r.scenario} ${sent(r)}`).join(' + ')})`)).join(' + ');
-}
-
-/** README.md's daily token cost of the default schedule against every scenario every cycle, from report.json. */
-export function dailyCostTable(r: BenchReport): string {
-  const run = r.sections.cost;
-  const c = run?.result;
-  if (c === undefined || !c.available || c.projection.length === 0) return `No full-scale projection in bench/report.json (\`npm run bench -- --only cost\`).\n`;
-  const tiers = scheduleCost(defaultSchedule(), c.projection);
-  const flat = scheduleCost(everyCycleSchedule(), c.projection);
-  const perCycle = flat.rows.reduce((a, x) => a + (x.sentPerRun ?? 0), 0);
-  const cycles = Math.round(86_400_000 / tiers.intervalMs);
-  const jitterMs = defaultSchedule().schedule.jitterMs;
-  const fewer = Math.round(100 * (1 - tiers.intervalMs / (tiers.intervalMs + jitterMs / 2)));
-  const unmeasured = tiers.unmeasured.length === 0 ? '' : ` Not in the projection, counted as 0: ${tiers.unmeasured.join(', ')}.`;
-  const avg = tiers.sentPerDay / 24;
-  const budget = DEFAULT_TOKENS_PER_HOUR;
-  const fits = budget >= tiers.sentInBusiestHour ? 'fits both' : budget >= avg ? 'fits the average but not the busiest hour' : 'fits neither';
-  return [
-    `Daily prompt tokens sent per target at full scale (a ${int((c.contextTokens ?? 0) * c.scale)}-token context, pool ${int((c.poolTokens ?? 0) * c.scale)}), ` +
-      `from the bench's projection of each scenario's tokens per run (\`${run!.command}\`; [bench/REPORT.md](bench/REPORT.md), "Projected to a full-scale endpoint") ` +
-      `times its runs in a day on the default ${formatDuration(tiers.intervalMs)} interval, ${cycles} cycles (the default jitter, up to ${formatDuration(jitterMs)} a cycle, makes them about ${fewer}% fewer); computed by \`bench/schedule-cost.ts\`:`,
-    '',
-    '| schedule | what runs in a day | prompt tokens sent per day |',
-    '|---|---|---|',
-    `| the default cost tiers | ${scheduleTerms(tiers)} | **about ${tokensInWords(tiers.sentPerDay)}** |`,
-    `| every scenario every cycle (\`schedule.scenarios: every_cycle\`) | ${cycles} × ${int(perCycle)} | **about ${tokensInWords(flat.sentPerDay)}** (${(flat.sentPerDay / tiers.sentPerDay).toFixed(1)}× more) |`,
-    '',
-    `On average the default tiers send about ${tokensInWords(avg)} tokens an hour; the busiest hour (the first after a start with an empty store, when every tier is due at once) ` +
-      `about ${tokensInWords(tiers.sentInBusiestHour)}. The default \`budget.tokens_per_hour\` (${int(budget)}) ${fits} at full scale: ` +
-      `size the budget from these figures (they scale with the endpoint's context and pool; \`check-config\` and \`serve\` warn when the busiest hour does not fit).${unmeasured}`,
-  ].join('\n') + '\n';
 }
 
 export interface ScaleFigures {

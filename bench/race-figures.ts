@@ -97,3 +97,62 @@ export function defaultRunsTable(d: DefaultRunFigures): string {
     '\n'
   );
 }
+
+export interface RaceCalibrationFigures {
+  command: string;
+  scenario: string;
+  scenarioNote?: string;
+  confidenceCheck: string;
+  runsPerRow: number;
+  /** Every row the bench was asked for (`id`s); those without a row here were not measured. */
+  plannedRows?: string[];
+  /** The faults abort-race's statement names (race-power.ts ABORT_RACE_MEASURED_FAULTS). */
+  measuredFaults?: string[];
+  parallel: number;
+  startedAt: string;
+  measuredAt: string;
+  loadAverage?: LoadAverage;
+  rows: {
+    id: string;
+    fault: string;
+    preset: string;
+    freeList: string;
+    scale: number;
+    rate: number;
+    transferLatencyMs: number;
+    tuned: boolean;
+    runs: number;
+    caught: number;
+    statedConfidence: number;
+    detectableRate: number;
+    complete: boolean;
+    recall: Proportion;
+    meetsStatedConfidence: boolean | null;
+    medianRunS: number;
+  }[];
+}
+
+/** bench:race-calibration's rows: per-run recall at each fault rate, against what abort-race states. */
+export function raceCalibrationTable(d: RaceCalibrationFigures): string {
+  const first = d.rows[0];
+  const rows = d.rows.map((row) => {
+    const configuration = `\`${row.fault}\` ${row.freeList.toUpperCase()}, 1/${row.scale}, ${row.transferLatencyMs} ms transfers${row.tuned ? '' : ' (never tuned on)'}`;
+    const runs = row.complete ? String(row.runs) : `${row.runs} of ${d.runsPerRow} (not finished)`;
+    const meets = !row.complete ? '– (not finished)' : row.meetsStatedConfidence === null ? 'below the stated rate' : row.meetsStatedConfidence ? 'yes' : '**no**';
+    return `| ${configuration} | ${row.rate} | ${runs} | ${row.caught} | ${interval(row.recall)} | ${meets} | ${row.medianRunS} s |`;
+  });
+  const stated =
+    first === undefined
+      ? ''
+      : `abort-race states: a race fault${d.measuredFaults === undefined ? '' : ` of the kind measured (${d.measuredFaults.map((f) => `\`${f}\``).join(', ')})`} firing on ≥${first.detectableRate} of its eligible events is caught in ≥${first.statedConfidence} of runs. `;
+  const missing = (d.plannedRows ?? []).filter((id) => !d.rows.some((r) => r.id === id));
+  const notMeasured = missing.length === 0 ? '' : `\nNot measured (the bench was stopped first): ${missing.map((id) => `\`${id}\``).join(', ')}.\n`;
+  return (
+    `\`${d.command}\`, \`${d.scenario}\`, ${d.parallel} runs at a time, ${d.startedAt.slice(0, 16).replace('T', ' ')} to ${d.measuredAt.slice(0, 16).replace('T', ' ')} UTC${load(d.loadAverage)} ` +
+    `([bench/race-calibration.json](bench/race-calibration.json)). ${stated}` +
+    `A row at a rate ≥ that meets it when the lower end of its 95% Wilson interval is ≥ the stated confidence.\n\n` +
+    ['| configuration | rate | runs | caught | recall (95% Wilson) | meets the statement | median run |', '|---|---|---|---|---|---|---|', ...rows].join('\n') +
+    '\n' +
+    notMeasured
+  );
+}

@@ -7,9 +7,11 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from './child.js';
-import { dailyCostTable, markedBlock, measuredHeadline, prefixFaultTable, sizingTable, timingParagraph, ttftSentence, type PrefixFaultFigures, type ScaleFigures, type TimingFigures, type TtftFigures } from './figures.js';
+import { markedBlock, measuredHeadline, prefixFaultTable, sizingTable, timingParagraph, ttftSentence, type PrefixFaultFigures, type ScaleFigures, type TimingFigures, type TtftFigures } from './figures.js';
 import type { BenchReport } from './report.js';
-import { defaultRunsTable, raceTable, type DefaultRunFigures, type RaceFigures } from './race-figures.js';
+import { fullScaleTable, type FullScaleFigures } from './full-scale-figures.js';
+import { defaultRunsTable, raceCalibrationTable, raceTable, type DefaultRunFigures, type RaceCalibrationFigures, type RaceFigures } from './race-figures.js';
+import { realLlamaTable, type RealLlamaFigures } from './real-llamacpp-figures.js';
 
 export interface FigureBlock {
   /** Repository-relative document holding the block. */
@@ -22,10 +24,12 @@ export interface FigureBlock {
 
 export const FIGURE_BLOCKS: readonly FigureBlock[] = [
   { doc: 'README.md', name: 'measured', source: 'bench/report.json', render: (j) => measuredHeadline(j as BenchReport) },
-  { doc: 'README.md', name: 'daily-cost', source: 'bench/report.json', render: (j) => dailyCostTable(j as BenchReport) },
+  { doc: 'README.md', name: 'daily-cost', source: 'bench/full-scale.json', render: (j) => fullScaleTable(j as FullScaleFigures) },
   { doc: 'README.md', name: 'timing', source: 'bench/timing.json', render: (j) => timingParagraph(j as TimingFigures) },
   { doc: 'README.md', name: 'races', source: 'bench/races-fresh.json', render: (j) => raceTable(j as RaceFigures) },
+  { doc: 'README.md', name: 'race-calibration', source: 'bench/race-calibration.json', render: (j) => raceCalibrationTable(j as RaceCalibrationFigures) },
   { doc: 'README.md', name: 'default-runs', source: 'bench/default-runs.json', render: (j) => defaultRunsTable(j as DefaultRunFigures) },
+  { doc: 'README.md', name: 'real-llamacpp', source: 'bench/real-llamacpp.json', render: (j) => realLlamaTable(j as RealLlamaFigures) },
   { doc: 'README.md', name: 'sizing', source: 'bench/scale.json', render: (j) => sizingTable(j as ScaleFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-ttft', source: 'engine-under-test/bench/results/prefix-ttft.json', render: (j) => ttftSentence(j as TtftFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-fault-rates', source: 'engine-under-test/bench/results/prefix-fault-rates.json', render: (j) => prefixFaultTable(j as PrefixFaultFigures) },

@@ -5,7 +5,7 @@
  * interval apart from a start with no history). The schedules are the product's own: the config parser's
  * defaults, and the same with `schedule.scenarios: every_cycle`. Pure apart from parsing those two configs.
  */
-import { DEFAULTS, parseConfig, type TargetConfig } from '../prober/src/service/config.js';
+import { parseConfig, type TargetConfig } from '../prober/src/service/config.js';
 import { SCENARIO_NAMES } from '../prober/src/probe/scenarios/index.js';
 import { runsOver } from '../prober/src/service/scenario-schedule.js';
 import type { ProjectionRow } from './cost.js';
@@ -50,5 +50,3 @@ export function scheduleCost(target: TargetConfig, projection: readonly Projecti
     unmeasured: rows.filter((r) => r.sentPerRun === undefined).map((r) => r.scenario),
   };
 }
-
-export const DEFAULT_TOKENS_PER_HOUR: number = DEFAULTS.tokensPerHour;

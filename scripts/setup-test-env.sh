@@ -5,7 +5,8 @@
 #     container runtime in test/e2e/confined-serve.test.ts). Installed with apt-get when run as root;
 #     otherwise one line says exactly what to install, and the script fails.
 #   - llama.cpp's llama-server, built once from vendor/llama.cpp into $KVCANARY_CACHE/llama.cpp
-#     (default ~/.cache/kvcanary), and a tiny random-weight model beside it.
+#     (default ~/.cache/kvcanary), a tiny random-weight model and the copying model (copier.gguf) beside it,
+#     and the fault-injection build of the same snapshot in faults/ (vendor/llama.cpp/faults/).
 # Idempotent: what is already there is kept. Progress lines go to stderr.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,7 +15,7 @@ say() { printf 'setup: %s\n' "$*" >&2; }
 
 # --- Debian packages -----------------------------------------------------------------------------------
 declare -A provides=([prometheus]=prometheus [promtool]=prometheus [prometheus-alertmanager]=prometheus-alertmanager
-  [amtool]=prometheus-alertmanager [chromium]=chromium [cmake]=cmake [g++]=g++ [bwrap]=bubblewrap)
+  [amtool]=prometheus-alertmanager [chromium]=chromium [cmake]=cmake [g++]=g++ [patch]=patch [bwrap]=bubblewrap)
 missing=()
 for cmd in "${!provides[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${provides[$cmd]}")
@@ -42,9 +43,22 @@ if [ ! -x "$llama/bin/llama-server" ]; then
   say "building llama-server from vendor/llama.cpp into $llama (once; about 8 minutes on 2 cores)"
 fi
 "$repo/vendor/llama.cpp/build-llama-server.sh" "$llama" >/dev/null
+vocab="$llama/models/ggml-vocab-llama-spm.gguf"
+[ -s "$vocab" ] || tar -xJf "$repo"/vendor/llama.cpp/llama.cpp-*.tar.xz -C "$llama" ./models/ggml-vocab-llama-spm.gguf
 if [ ! -s "$llama/tiny.gguf" ]; then
   say "writing the tiny random-weight model $llama/tiny.gguf"
-  tar -xJf "$repo"/vendor/llama.cpp/llama.cpp-*.tar.xz -C "$llama" ./models/ggml-vocab-llama-spm.gguf
-  node "$repo/vendor/llama.cpp/make-tiny-model.mjs" "$llama/models/ggml-vocab-llama-spm.gguf" "$llama/tiny.gguf" >/dev/null
+  node "$repo/vendor/llama.cpp/make-tiny-model.mjs" "$vocab" "$llama/tiny.gguf" >/dev/null
 fi
-say "ready: llama-server at $llama/bin/llama-server"
+# The copying model is rewritten whenever its script changes (the stamp is the script's hash).
+copier_stamp=$(cat "$repo/vendor/llama.cpp/make-copier-model.mjs" "$repo/vendor/llama.cpp/gguf.mjs" | sha256sum | cut -c1-16)
+if [ ! -s "$llama/copier.gguf" ] || [ "$(cat "$llama/copier.stamp" 2>/dev/null)" != "$copier_stamp" ]; then
+  say "writing the copying model $llama/copier.gguf"
+  node "$repo/vendor/llama.cpp/make-copier-model.mjs" "$vocab" "$llama/copier.gguf" >/dev/null
+  echo "$copier_stamp" >"$llama/copier.stamp"
+fi
+# The fault-injection build: the same snapshot with vendor/llama.cpp/faults/*.patch, reusing the build above.
+if [ ! -x "$llama/faults/bin/llama-server" ]; then
+  say "building the fault-injection llama-server into $llama/faults (reuses the pristine build; a minute or two)"
+fi
+"$repo/vendor/llama.cpp/faults/build-faults.sh" "$llama" >/dev/null
+say "ready: llama-server at $llama/bin/llama-server, fault build at $llama/faults/bin/llama-server"

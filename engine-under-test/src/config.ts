@@ -7,8 +7,8 @@ import { DEFAULT_MODEL_CONFIG, type ModelConfig } from './model.js';
 import { FREE_LIST_POLICIES, type FreeListPolicy } from './free-list.js';
 import { DEFAULT_PRESET, PRESETS, type EngineMode } from './presets.js';
 import { DEFENSES, SINGLE_NODE_DEFENSES, isDefenseName, type DefenseName } from './defenses.js';
-import { FAULTS, PREFIX_CACHE_FAULTS, isFaultName, type FaultName } from './faults.js';
-import type { KernelPreference } from './attention/kernel.js';
+import { FAULTS, PREFIX_CACHE_FAULTS, RACE_FAULTS, isFaultName, isRaceFault, type FaultName, type RaceFaultName } from './faults.js';
+import { ATTENTION_MODES, type AttentionMode, type KernelPreference } from './attention/kernel.js';
 
 export interface EngineOptions {
   /** @default 'single' */
@@ -28,6 +28,13 @@ export interface EngineOptions {
   faults?: readonly string[];
   /** Defenses to add to the preset's (see defenses.ts). `zero-on-release` is the same as `zeroOnRelease`. */
   defenses?: readonly string[];
+  /**
+   * Race faults' rates: the fraction of eligible events, in (0, 1], each fires on (faults.ts RACE_FAULTS),
+   * drawn from a generator seeded with `faultSeed`. Only for faults that are on. @default 1 for each
+   */
+  faultRates?: Readonly<Record<string, number>>;
+  /** Seed of the generator the race faults' rates draw from. @default 0 */
+  faultSeed?: number;
   /** Disaggregated mode: milliseconds for one transfer batch (or host copy batch) to land. @default 4 */
   transferLatencyMs?: number;
   /** Disaggregated mode: tokens per transfer batch. @default 16,384 / scale (at least one page) */
@@ -60,6 +67,11 @@ export interface EngineOptions {
   model?: Partial<ModelConfig>;
   /** @default 'auto' (SIMD when available) */
   kernel?: KernelPreference;
+  /**
+   * `skip` keeps every admission, page and accounting decision and skips the attention arithmetic
+   * (attention/skip-kernel.ts): for measuring cost at full scale, never detection. @default 'full'
+   */
+  attention?: AttentionMode;
   /** Request body limit. @default 6 bytes per context token + 1 MiB (a fully escaped max-length prompt). */
   maxBodyBytes?: number;
   /** Sampling seed when a request gives none. @default 0 */
@@ -95,9 +107,13 @@ export interface EngineConfig {
   modelId: string;
   model: ModelConfig;
   kernel: KernelPreference;
+  attention: AttentionMode;
   maxBodyBytes: number;
   defaultSeed: number;
   faults: FaultName[];
+  /** Rated race faults (absent: fires on every eligible event). */
+  faultRates: Partial<Record<RaceFaultName, number>>;
+  faultSeed: number;
   /** Includes `zero-on-release` exactly when zeroOnRelease is set. */
   defenses: DefenseName[];
   /** Present exactly in the disaggregated mode. */
@@ -125,6 +141,32 @@ function names<T extends string>(option: 'faults' | 'defenses', given: readonly 
     }
     return name;
   });
+}
+
+function faultRates(given: EngineOptions['faultRates'], faults: readonly FaultName[]): Partial<Record<RaceFaultName, number>> {
+  if (given === undefined) return {};
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) {
+    throw new EngineConfigError('faultRates', `Expected \`faultRates\` to be an object of fault name to rate, got ${describe(given)}`);
+  }
+  const rates: Partial<Record<RaceFaultName, number>> = {};
+  for (const [name, rate] of Object.entries(given)) {
+    if (!isRaceFault(name)) {
+      throw new EngineConfigError(
+        'faultRates',
+        isFaultName(name)
+          ? `The fault \`${name}\` has no rate: only race faults fire on a fraction of events (${RACE_FAULTS.join(', ')})`
+          : `Unknown fault ${describe(name)} in \`faultRates\`; race faults: ${RACE_FAULTS.join(', ')}`,
+      );
+    }
+    if (typeof rate !== 'number' || !Number.isFinite(rate) || rate <= 0 || rate > 1) {
+      throw new EngineConfigError('faultRates', `Expected the rate of \`${name}\` to be a number in (0, 1], got ${describe(rate)}`);
+    }
+    if (!faults.includes(name)) {
+      throw new EngineConfigError('faultRates', `A rate for \`${name}\` needs the fault on: name it as a fault too (--fault ${name})`);
+    }
+    rates[name] = rate;
+  }
+  return rates;
 }
 
 function integer(option: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -159,6 +201,10 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
   const kernel = options.kernel ?? 'auto';
   if (!['auto', 'wasm-simd', 'js'].includes(kernel)) {
     throw new EngineConfigError('kernel', `Expected \`kernel\` to be auto, wasm-simd or js, got ${describe(kernel)}`);
+  }
+  const attention = options.attention ?? 'full';
+  if (!ATTENTION_MODES.includes(attention)) {
+    throw new EngineConfigError('attention', `Expected \`attention\` to be ${ATTENTION_MODES.join(' or ')}, got ${describe(attention)}`);
   }
   const model = { ...DEFAULT_MODEL_CONFIG, ...options.model };
   integer('model.ngram', model.ngram, 1, 64);
@@ -254,10 +300,13 @@ export function resolveEngineConfig(options: EngineOptions = {}): EngineConfig {
     modelId,
     model,
     kernel,
+    attention,
     maxBodyBytes:
       options.maxBodyBytes === undefined ? 6 * contextTokens + 1024 * 1024 : integer('maxBodyBytes', options.maxBodyBytes, 1024),
     defaultSeed: options.defaultSeed === undefined ? 0 : integer('defaultSeed', options.defaultSeed, 0, 0xffffffff),
     faults,
+    faultRates: faultRates(options.faultRates, faults),
+    faultSeed: options.faultSeed === undefined ? 0 : integer('faultSeed', options.faultSeed, 0, 0xffffffff),
     defenses,
     ...(disaggregated !== undefined ? { disaggregated } : {}),
   };

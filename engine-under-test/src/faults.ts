@@ -4,6 +4,8 @@
  * lets through reaches a response only through attention over what a page table points at.
  */
 
+import { mulberry32 } from './hash.js';
+
 export const FAULTS = [
   'admission-checks-finished',
   'late-write',
@@ -47,4 +49,42 @@ export const PREFIX_CACHE_FAULTS: readonly FaultName[] = ['prefix-cache-ignores-
 
 export function isFaultName(name: string): name is FaultName {
   return (FAULTS as readonly string[]).includes(name);
+}
+
+/**
+ * The race faults: each fires on an eligible event (a release with a transfer in flight, a release with host
+ * copies in flight, a cached page handed to another request) and can be given a rate, the fraction of eligible
+ * events it fires on (`--fault-rate late-write=0.1`), drawn from the engine's seeded generator. Unrated, a race
+ * fault fires on every eligible event.
+ */
+export const RACE_FAULTS = ['late-write', 'offload-release-race', 'prompt-cache-restore-race'] as const satisfies readonly FaultName[];
+export type RaceFaultName = (typeof RACE_FAULTS)[number];
+
+export const RACE_FAULT_EVENTS: Readonly<Record<RaceFaultName, string>> = {
+  'late-write': "a decode release while that request's KV transfer is still in flight",
+  'offload-release-race': "a decode release while that request's host copies (write-back or load) are in flight",
+  'prompt-cache-restore-race': 'a cached page handed to another request',
+};
+
+export function isRaceFault(name: string): name is RaceFaultName {
+  return (RACE_FAULTS as readonly string[]).includes(name);
+}
+
+/** Per-fault stream constants: each race fault draws from its own stream of the engine's seeded generator. */
+const STREAM: Readonly<Record<RaceFaultName, number>> = {
+  'late-write': 0x1b873593,
+  'offload-release-race': 0x5bd1e995,
+  'prompt-cache-restore-race': 0x68e31da4,
+};
+
+/**
+ * Whether the fault fires on its next eligible event: always when the fault is on and unrated, never when it
+ * is off, else a draw from the fault's own stream of the generator seeded with `faultSeed`.
+ */
+export function faultTrigger(config: { faults: readonly string[]; faultRates: Partial<Record<RaceFaultName, number>>; faultSeed: number }, fault: RaceFaultName): () => boolean {
+  if (!config.faults.includes(fault)) return () => false;
+  const rate = config.faultRates[fault];
+  if (rate === undefined || rate >= 1) return () => true;
+  const random = mulberry32(config.faultSeed ^ STREAM[fault]);
+  return () => random() < rate;
 }

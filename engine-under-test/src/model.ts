@@ -21,7 +21,7 @@
 import { D_HEAD, type KvMemory } from './kv-memory.js';
 import { ngramVector, tokenEmbeddings } from './embeddings.js';
 import { BYTE_TOKENS } from './tokenizer.js';
-import { createAttentionKernel, type AttentionKernel, type KernelPreference } from './attention/kernel.js';
+import { createAttentionKernel, type AttentionKernel, type AttentionMode, type KernelPreference } from './attention/kernel.js';
 
 export interface ModelConfig {
   /** Tokens in the n-gram that keys and queries encode. @default 8 */
@@ -44,6 +44,8 @@ export type ForeignReadSink = (reader: number, read: ForeignRead) => void;
 export interface InductionModelOptions {
   config?: Partial<ModelConfig>;
   kernel?: KernelPreference;
+  /** `skip`: no attention arithmetic (attention/skip-kernel.ts), for cost runs. @default 'full' */
+  attention?: AttentionMode;
   onForeignRead?: ForeignReadSink;
   /**
    * Another thread writes this memory (the disaggregated transfer): take the ground-truth scan and the
@@ -65,7 +67,7 @@ export class InductionModel {
   constructor(readonly memory: KvMemory, options: InductionModelOptions = {}) {
     this.config = { ...DEFAULT_MODEL_CONFIG, ...options.config };
     if (!Number.isInteger(this.config.ngram) || this.config.ngram < 1) throw new RangeError('ngram must be an integer >= 1');
-    this.kernel = createAttentionKernel(memory, options.kernel);
+    this.kernel = createAttentionKernel(memory, options.kernel, options.attention);
     this.onForeignRead = options.onForeignRead;
     this.fenceReads = options.fenceReads ?? false;
   }

@@ -41,6 +41,8 @@ import { fmix32, murmurRound } from './hash.js';
 import type { KvMemory } from './kv-memory.js';
 import { NEVER_WRITTEN } from './kv-memory.js';
 import type { ForeignRead } from './model.js';
+import type { EngineConfig } from './config.js';
+import { faultTrigger } from './faults.js';
 
 export type PrefixHashKind = 'chained-64' | 'multiset-32' | 'sha256';
 
@@ -54,8 +56,11 @@ export interface PrefixCacheOptions {
   checkSalt: boolean;
   /** strong-prefix-hash: a hit is confirmed token by token against the entry's exact ids. */
   confirmTokens: boolean;
-  /** Drop an entry when its page is handed out again (false: the restore-race fault). */
-  evictOnReuse: boolean;
+  /**
+   * Whether an entry survives its page being handed out again: the restore-race fault, drawn once per such
+   * event (always false without the fault; always true with it unrated).
+   */
+  keepOnReuse: () => boolean;
   /** On restore, check the page's generation against the entry's (the restore-fencing defense). */
   verifyOnRestore: boolean;
 }
@@ -196,7 +201,7 @@ export class PrefixCache {
   /** The page's data is about to be overwritten or was zeroed: drop its entry and its ground truth. */
   invalidate(page: number): void {
     const key = this.keyOf[page];
-    if (key !== undefined && this.options.evictOnReuse) {
+    if (key !== undefined && !this.options.keepOnReuse()) {
       if (this.byKey.get(key)?.page === page) this.byKey.delete(key);
       this.keyOf[page] = undefined;
       this.counters.evictions++;
@@ -318,9 +323,9 @@ function sameIds(ids: Uint16Array, tokens: Uint16Array, from: number): boolean {
  * The cache's behaviour from the configured faults and defenses. A fault always changes the key (the
  * faulty path runs); its defense adds a check of its own at lookup that refuses what the faulty key let through.
  */
-export function prefixCacheOptions(named: { faults: readonly string[]; defenses: readonly string[] }, pageSize: number, numPages: number): PrefixCacheOptions {
-  const fault = (n: string): boolean => named.faults.includes(n);
-  const defense = (n: string): boolean => named.defenses.includes(n);
+export function prefixCacheOptions(named: Pick<EngineConfig, 'faults' | 'defenses' | 'faultRates' | 'faultSeed'>, pageSize: number, numPages: number): PrefixCacheOptions {
+  const fault = (n: string): boolean => (named.faults as readonly string[]).includes(n);
+  const defense = (n: string): boolean => (named.defenses as readonly string[]).includes(n);
   return {
     pageSize,
     numPages,
@@ -328,7 +333,7 @@ export function prefixCacheOptions(named: { faults: readonly string[]; defenses:
     hash: fault('weak-prefix-hash') ? 'multiset-32' : 'chained-64',
     checkSalt: defense('salted-prefix-cache'),
     confirmTokens: defense('strong-prefix-hash'),
-    evictOnReuse: !fault('prompt-cache-restore-race'),
+    keepOnReuse: faultTrigger(named, 'prompt-cache-restore-race'),
     verifyOnRestore: defense('restore-fencing'),
   };
 }

@@ -40,6 +40,7 @@ export function createSingleNodeEngine(config: EngineConfig, deps: EngineDeps = 
   const model = new InductionModel(pool.memory, {
     config: config.model,
     kernel: config.kernel,
+    attention: config.attention,
     onForeignRead: (reader, read) => {
       // A same-tenant read of a page cached for the same tokens is the cache working, not a leak.
       const foreign = cache === undefined ? read : cache.screen(reader, read);

@@ -38,7 +38,26 @@ const COMMANDS: Record<string, () => Promise<CommandMain>> = {
   engine: async () => (await import('../../engine-under-test/src/cli.js')).engineMain,
 };
 
+/**
+ * A reader that goes away (`kvcanary run … 2>&1 | head -1`) makes the next write to stdout or stderr fail with
+ * EPIPE, emitted as an 'error' event: unhandled, it crashed the process with an exit code that claimed a
+ * finding. Output nobody reads is dropped; the exit code stays the verdict.
+ */
+const TOLERANT = Symbol('kvcanary.tolerateClosedReaders');
+
+function tolerateClosedReaders(): void {
+  for (const stream of [process.stdout, process.stderr]) {
+    if ((stream as { [TOLERANT]?: boolean })[TOLERANT] === true) continue;
+    (stream as { [TOLERANT]?: boolean })[TOLERANT] = true;
+    stream.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EPIPE' || err.code === 'ERR_STREAM_DESTROYED' || err.code === 'ECONNRESET') return;
+      throw err;
+    });
+  }
+}
+
 export async function main(argv: string[]): Promise<number> {
+  tolerateClosedReaders();
   const debug = argv.includes('--debug') || debugEnabled();
   const args = argv.filter((a) => a !== '--debug');
   const [command, ...rest] = args;

@@ -6,8 +6,10 @@
  * receiver in this test.
  *
  * What an operator relies on: the shards' /api/targets together list every address exactly once; the leak
- * on the incident engine arrives as ONE notification naming that replica; nothing arrives for the clean ones;
- * an address removed from the list stops being probed without a restart.
+ * on the incident engine arrives as ONE notification naming that replica, its shard, its discovery labels and
+ * its shard's status page; nothing arrives for the clean ones; `kvcanary ack` resolves the alert at the next
+ * rule evaluation after the next scrape, and Alertmanager sends the resolved notification; an address removed
+ * from the list stops being probed without a restart.
  */
 import { scratchHome } from '../helpers/cli.js';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -18,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parse as parseYaml, stringify } from 'yaml';
-import { BIN } from '../helpers/cli.js';
+import { BIN, runCli } from '../helpers/cli.js';
 import { startPrometheus, type PrometheusHandle } from '../helpers/prometheus.js';
 import { startAlertmanager, type AlertmanagerHandle } from '../helpers/alertmanager.js';
 
@@ -58,6 +60,7 @@ describe('fleet: three shards, file_sd, Prometheus and Alertmanager', () => {
   let receiver: Server;
   let prom: PrometheusHandle | undefined;
   let am: AlertmanagerHandle | undefined;
+  let config = '';
 
   const writeSd = (hostPorts: string[]): void => {
     writeFileSync(`${sdPath}.tmp`, JSON.stringify([{ targets: hostPorts, labels: { deployment: 'glm' } }]));
@@ -80,9 +83,11 @@ describe('fleet: three shards, file_sd, Prometheus and Alertmanager', () => {
 
     // The example config as shipped, with its receivers pointed here and group_wait shortened for the test.
     const amConfig = parseYaml(readFileSync(join(DASHBOARDS, 'alertmanager.yaml'), 'utf8')) as {
-      route: { group_wait: string }; receivers: { webhook_configs: { url: string }[] }[];
+      route: { group_wait: string; group_interval: string }; receivers: { webhook_configs: { url: string }[] }[];
     };
     amConfig.route.group_wait = '1s';
+    // Resolved notifications go out at the group's next flush: 5m in the example, 1s here.
+    amConfig.route.group_interval = '1s';
     for (const r of amConfig.receivers) for (const w of r.webhook_configs) w.url = hook;
     am = await startAlertmanager(stringify(amConfig));
 
@@ -94,8 +99,9 @@ describe('fleet: three shards, file_sd, Prometheus and Alertmanager', () => {
     engines = started.map((e, i) => ({ name: i === 0 ? 'incident' : `clean-${i}`, hostPort: new URL(e.url).host }));
     writeSd(engines.map((e) => e.hostPort));
 
-    const config = join(dir, 'kvcanary.yaml');
+    config = join(dir, 'kvcanary.yaml');
     writeFileSync(config, `listen: 127.0.0.1:0
+external_url: http://kvcanary-{shard}.test:9464/
 store:
   path: ${join(dir, 'shard-{shard}.sqlite')}
   retention: 1d
@@ -107,6 +113,7 @@ targets:
   - name: glm
     discover: { file_sd: ${sdPath}, refresh: 2s }
 `);
+    // One installation: every shard shares the marker key in the test's KVCANARY_HOME (as the Secret gives it in k8s).
     shards = (await Promise.all([0, 1, 2].map((i) => spawnWithUrl(['serve', '--config', config, '--shard', `${i}/3`], procs)))).map((s) => s.url);
     prom = await startPrometheus({
       targets: shards.map((u) => new URL(u).host),
@@ -151,7 +158,35 @@ targets:
     // Prometheus saw the replica's discovered label through the info metric, not on the finding series.
     const info = await prom!.query(`kvcanary_target_info{target="${incident}"}`);
     expect(info.map((s) => s.metric.deployment)).toEqual(['glm']);
+    // The alert carries the shard, the discovery labels and the shard's status page, anchored at the replica.
+    const owner = info[0]!.metric.shard!;
+    const index = owner.split('/')[0]!;
+    for (const a of leaks[0]!.alerts) {
+      expect(a.labels).toMatchObject({ shard: owner, source: 'glm', deployment: 'glm', status_page: `http://kvcanary-${index}.test:9464/#target-${encodeURIComponent(incident)}` });
+    }
   }, 150_000);
+
+  it('resolves the leak alert at the next evaluation after `kvcanary ack`, and Alertmanager sends the resolution', async () => {
+    const incident = `glm/${engines[0]!.hostPort}`;
+    const firing = `ALERTS{alertname="KvcanaryCrossRequestLeak", alertstate="firing", target="${incident}"}`;
+    await prom!.waitFor(firing, (s) => s.length > 0, { timeoutMs: 30_000 });
+    const ackedAt = Date.now();
+    const ack = await runCli(['ack', '--config', config, '--target', incident, '--kind', 'cross-request-leak', '--expires', '1h', '--reason', 'drained for INC-42'], { env: { KVCANARY_HOME: dir } });
+    expect(ack.code, ack.stderr).toBe(0);
+    const stored = Date.now();
+    // Scrape and evaluation every second here: the next scrape reads 0, the next evaluation resolves.
+    await prom!.waitFor(firing, (s) => s.length === 0, { timeoutMs: 30_000, intervalMs: 200 });
+    const resolvedMs = Date.now() - stored;
+    const summary = (): string => JSON.stringify(notifications.map((n) => ({ status: n.status, alerts: n.alerts.map((a) => `${a.labels.alertname} ${a.labels.target} ${a.labels.scenario ?? ''} ${a.status}`) })));
+    await vi.waitFor(() => expect(notifications.some((n) => n.alerts.some((a) => a.labels.alertname === 'KvcanaryCrossRequestLeak' && a.status === 'resolved')), summary()).toBe(true), { timeout: 45_000, interval: 250 });
+    process.stdout.write(`kvcanary ack took ${stored - ackedAt} ms; KvcanaryCrossRequestLeak resolved in Prometheus ${resolvedMs} ms after it returned (1 s scrape and evaluation intervals)\n`);
+    // A few scrape and evaluation intervals on a loaded machine; a 15-minute counter window would be 900 s.
+    expect(resolvedMs).toBeLessThan(10_000);
+    // Probing goes on; the leak is recorded (acknowledged), not paged. Only the acked kind closed.
+    const open = await prom!.query(`kvcanary_open_findings{target="${incident}", kind="cross-request-leak"}`);
+    expect(open.length).toBeGreaterThan(0);
+    expect(open.every((s) => s.value === 0)).toBe(true);
+  }, 60_000);
 
   it('stops probing an address removed from the list, without a restart', async () => {
     const gone = `glm/${engines[2]!.hostPort}`;

@@ -26,6 +26,9 @@ interface Page {
   goto(url: string): Promise<{ status(): number } | null>;
   evaluate<T>(fn: string): Promise<T>;
   textContent(selector: string): Promise<string | null>;
+  click(selector: string): Promise<void>;
+  isVisible(selector: string): Promise<boolean>;
+  setViewportSize(size: { width: number; height: number }): Promise<void>;
 }
 interface Browser { newPage(): Promise<Page>; close(): Promise<void> }
 interface PlaywrightCore { chromium: { launch(o: { executablePath: string; args: string[]; headless: boolean }): Promise<Browser> } }
@@ -44,8 +47,8 @@ function run(target: string, outcome: Outcome, at: string): ProbeRun {
     ? [makeFinding('cross-request-leak', 'abort-race', { match: 'kvcanary-aaaaaaaaaaaaaaaaaaaaaaaaaa', excerpt: `leak ${HOSTILE} end` }, 1e-30)]
     : [];
   return {
-    runId: `run-${target}`, target, baseUrl: 'http://127.0.0.1:1', model: 'm', startedAt: at, finishedAt: at, outcome, up: true, capacity: {},
-    scenarios: [{ name: 'abort-race', outcome, findings, requests: [], notes: [`note ${HOSTILE}`], tokens: { sent: 1, billed: 1 }, durationMs: 1 }],
+    runId: `cycle-${target}`, target, baseUrl: 'http://127.0.0.1:1', model: 'm', startedAt: at, finishedAt: at, outcome, up: true, capacity: {},
+    scenarios: [{ name: 'abort-race', outcome, findings, requests: [], notes: [`note ${HOSTILE}`, ...(outcome === 'inconclusive' ? ['second note', 'third note', 'why: 14 of 29 race windows answered'] : [])], tokens: { sent: 1, billed: 1 }, durationMs: 1 }],
   };
 }
 
@@ -61,6 +64,8 @@ describe('the status page in chromium', () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'kvc-browser-'));
     store = openStore({ path: path.join(dir, 'kvc.sqlite'), retentionMs: 86_400_000 });
     const at = new Date().toISOString();
+    // A dozen healthy replicas recorded first: the leak must still be what the page opens on.
+    for (let i = 0; i < 12; i++) store.recordRun(run(`healthy-${i}`, 'pass', at));
     for (const o of ['pass', 'fail', 'inconclusive', 'not-applicable'] as const) store.recordRun(run(`t-${o}`, o, at));
     server = await startServiceServer({ host: '127.0.0.1', port: 0, registry: new Registry(), store });
     browser = await pw.chromium.launch({
@@ -98,6 +103,27 @@ describe('the status page in chromium', () => {
     expect(await page.evaluate<unknown>('window.__pwned')).toBeUndefined();
     expect(await page.evaluate<number>('document.querySelectorAll("img, script").length')).toBe(0);
     expect(await page.textContent('body')).toContain('<img src=x onerror=');
+  });
+
+  it('opens on the critical finding with what to do, in the first screen; every note is a click away', async () => {
+    const page = await browser.newPage();
+    await page.setViewportSize({ width: 1280, height: 720 });
+    await page.goto(server.url);
+    const first = await page.evaluate<{ top: number; text: string }>(`(() => {
+      const row = document.querySelector('#attention tbody tr');
+      return { top: row ? row.getBoundingClientRect().top : 1e9, text: row ? row.textContent : '' };
+    })()`);
+    expect(first.top).toBeLessThan(720);
+    expect(first.text).toContain('CRITICAL');
+    expect(first.text).toContain('t-fail');
+    expect(first.text).toContain('What to do:');
+    expect(await page.evaluate<string>(`document.querySelector('section[id^="target-"] h2').textContent`)).toMatch(/^t-fail /);
+    // The third note is on the page but folded; one click on its summary shows it.
+    const notes = '#target-t-inconclusive details';
+    expect(await page.isVisible(`${notes} li:nth-child(4)`)).toBe(false);
+    await page.click(`${notes} summary`);
+    expect(await page.isVisible(`${notes} li:nth-child(4)`)).toBe(true);
+    expect(await page.textContent(`${notes} li:nth-child(4)`)).toBe('why: 14 of 29 race windows answered');
   });
 
   it('refuses a foreign Host (a DNS-rebinding page reading 127.0.0.1)', async () => {

@@ -85,11 +85,11 @@ describe('kvcanary run applies silences', () => {
     expect((await run(['--config', cfg, '--fail-on', 'info'])).code).toBe(2);
   });
 
-  it('a silence acknowledged in the run\'s store (kvcanary ack --target cli) applies to later runs', async () => {
+  it('a silence acknowledged in the run\'s store (kvcanary ack --target HOST:PORT, the endpoint) applies to later runs', async () => {
     const home = mkdtempSync(path.join(dir, 'home-'));
     const storePath = path.join(home, 'runs.sqlite');
     expect((await run([], home)).code).toBe(1);
-    const ack = await runCli(['ack', '--store', storePath, '--target', 'cli', '--kind', 'pool-below-context', '--expires', '2h', '--reason', 'known on the CI box']);
+    const ack = await runCli(['ack', '--store', storePath, '--target', new URL(engine.url).host, '--kind', 'pool-below-context', '--expires', '2h', '--reason', 'known on the CI box']);
     expect(ack.code, ack.stderr).toBe(0);
     const r = await run([], home);
     expect(r.code, r.stderr).toBe(2);

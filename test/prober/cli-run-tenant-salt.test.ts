@@ -57,7 +57,7 @@ describe('kvcanary run --tenant-salt against the bundled engine\'s host tier', (
   async function run(options: StartEngineOptions): Promise<{ code: number | null; doc: RunDoc; stderr: string }> {
     engine = await startEngine({ scale: 64, log: () => {}, preset: 'remediated', ...options });
     const r = await runCli(['run', '--target', engine.url, '--json', '--tenant-salt', 'alice=alice-salt-7f3a', '--tenant-salt', 'bob=bob-salt-91c2',
-      '--scenario', 'prefix-isolation', '--scenario', 'overlimit-handoff'], { env: { KVCANARY_HOME: scratchHome() }, timeoutMs: 290_000 });
+      '--scenario', 'prefix-isolation', '--scenario', 'overlimit-handoff', '--budget', '20000000'], { env: { KVCANARY_HOME: scratchHome() }, timeoutMs: 290_000 });
     return { code: r.code, doc: JSON.parse(r.stdout) as RunDoc, stderr: r.stderr };
   }
 
@@ -83,7 +83,9 @@ describe('kvcanary run --tenant-salt against the bundled engine\'s host tier', (
     expect(code, stderr).not.toBe(1);
     expect(doc.findings).toEqual([]);
     expect(prefix.findings).toBe(0);
-    expect(prefix.outcome, prefix.notes.join('\n')).toBe('pass');
+    // A pass when the timing test is powered; on a loaded machine it may escalate and end inconclusive
+    // (power or budget), never a fail.
+    expect(['pass', 'inconclusive'], prefix.notes.join('\n')).toContain(prefix.outcome);
     expect(engine!.engine.stats().defenseBlocks['salted-host-tier']).toBeGreaterThan(0);
   }, 300_000);
 });

@@ -1,8 +1,9 @@
 /**
- * Race scenarios state their power, and the token budget never passes for the endpoint: abort-race and
- * concurrent-interleave pass only with 29 independent windows exercised (a fault showing in 10% of windows
- * caught with probability >= 0.95); short of that they are inconclusive with the reason (power, budget) and
- * never claim something of the endpoint that the budget caused.
+ * Race scenarios state their power, and the token budget never passes for the endpoint: abort-race passes only
+ * after the workload whose recall bench:race-calibration measured (29 counted windows) and states that
+ * measurement; concurrent-interleave only with 29 windows (its model statement: a fault showing in 10% of
+ * windows caught with probability >= 0.95). Short of that they are inconclusive with the reason (power,
+ * budget) and never claim something of the endpoint that the budget caused.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMarkerRegistry } from '../../prober/src/probe/marker-registry.js';
@@ -11,6 +12,7 @@ import type { ScenarioResult } from '../../prober/src/probe/result.js';
 import { createScanner } from '../../prober/src/probe/scanner.js';
 import type { ProbeTuning } from '../../prober/src/probe/scenarios/context.js';
 import type { TargetConfig } from '../../prober/src/service/config.js';
+import { ABORT_RACE_CONFIDENCE, ABORT_RACE_DETECTABLE_RATE, abortRacePower, independentWindows } from '../../prober/src/probe/scenarios/race-power.js';
 import { echoNoiseServer, type FakeServer } from '../helpers/fake-endpoints.js';
 
 let server: FakeServer;
@@ -32,8 +34,37 @@ async function probe(scenario: string, opts: { tokenBudget?: number; tuning?: Pr
   return run.scenarios[0]!;
 }
 
+describe('abort-race', () => {
+  it('a pass states the measured power: the calibrated rate and confidence, its independent windows counted once each', async () => {
+    const r = await probe('abort-race');
+    expect(r.outcome, r.notes.join('\n')).toBe('pass');
+    expect(r.power).toEqual({ trials: expect.any(Number), detectableRate: ABORT_RACE_DETECTABLE_RATE, confidence: ABORT_RACE_CONFIDENCE, basis: 'measured' });
+    const notes = r.notes.join('\n');
+    const m = /(\d+) race window\(s\) exercised.*?: (\d+) mid-transfer, (\d+) mid-stream, (\d+) re-send\(s\) in (\d+) group\(s\)/.exec(notes);
+    expect(m, notes).not.toBeNull();
+    const [counted, midTransfer, midStream, resends, resendGroups] = m!.slice(1).map(Number) as [number, number, number, number, number];
+    expect(counted).toBeGreaterThanOrEqual(29);
+    expect(midTransfer + midStream + resends).toBe(counted);
+    // Re-sends of one prompt count once; mid-stream windows cannot show a transfer late write.
+    expect(r.power!.trials).toBe(Math.min(midTransfer + resendGroups, midStream + resendGroups));
+    expect(r.power!.trials).toBeLessThan(counted);
+    expect(notes).toMatch(/power \(measured on the bundled engine.s late-write, bench\/race-calibration.json\)/);
+  }, 120_000);
+
+  it('short of the measured workload the confidence is scaled down by the share run, and says so', () => {
+    const w = { midTransfer: 1, midStream: 1, resends: 2, resendGroups: 1 };
+    expect(independentWindows(w)).toEqual({ transfer: 2, copy: 2, both: 2 });
+    const short = abortRacePower(4, w);
+    expect(short.basis).toBe('scaled');
+    expect(short.confidence).toBeLessThan(ABORT_RACE_CONFIDENCE);
+    expect(short.confidence).toBeCloseTo(1 - (1 - ABORT_RACE_CONFIDENCE) ** (4 / 29), 3);
+    expect(abortRacePower(0, w).confidence).toBe(0);
+    expect(abortRacePower(40, w)).toMatchObject({ basis: 'measured', confidence: ABORT_RACE_CONFIDENCE });
+  });
+});
+
 describe.each(['abort-race', 'concurrent-interleave'])('%s', (scenario) => {
-  it('a pass states its power: at least 29 windows, confidence >= 0.95 at a 10% detectable rate', async () => {
+  it.runIf(scenario === 'concurrent-interleave')('a pass states its power: at least 29 windows, confidence >= 0.95 at a 10% detectable rate', async () => {
     const r = await probe(scenario);
     expect(r.outcome, r.notes.join('\n')).toBe('pass');
     expect(r.power).toBeDefined();
@@ -60,7 +91,8 @@ describe('abort-race power', () => {
     const r = await probe('abort-race', { tuning: { abortRounds: 4 } });
     expect(r.outcome).toBe('inconclusive');
     expect(r.reason).toBe('power');
-    expect(r.power!.trials).toBe(4);
+    expect(r.power!.basis).toBe('scaled');
+    expect(r.power!.confidence).toBeLessThan(ABORT_RACE_CONFIDENCE);
     expect(r.notes.join('\n')).toMatch(/4 race window\(s\) exercised/);
   });
 });

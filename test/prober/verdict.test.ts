@@ -4,7 +4,7 @@
  */
 import { XMLParser } from 'fast-xml-parser';
 import { describe, expect, it } from 'vitest';
-import { exitCodeFor, summaryTable, toJson, toJunit } from '../../prober/src/commands/run-output.js';
+import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from '../../prober/src/commands/run-output.js';
 import { EXIT } from '../../prober/src/exit-codes.js';
 import { FINDING_KINDS, makeFinding, type Finding } from '../../prober/src/probe/findings.js';
 import { combineOutcomes, powerOf, trialsFor, type Outcome, type ProbeRun, type ScenarioResult } from '../../prober/src/probe/result.js';
@@ -158,5 +158,39 @@ describe('acknowledged findings (silences)', () => {
       findings: [{ kind: 'cross-request-leak', acknowledged: { silence: '3', reason: 'known (TICKET-9)', expiresAt: '2026-02-01T00:00:00.000Z', createdBy: 'ops' } }],
     });
     expect(summaryTable(r)).toContain('ACKNOWLEDGED ×1: silence 3 (ops) until 2026-02-01T00:00:00.000Z: known (TICKET-9)');
+  });
+});
+
+describe('run -q: the one line says the verdict the exit code gives', () => {
+  const acked = { ...leak, acknowledged: 'silence 1 (ops) until 2026-02-01T00:00:00.000Z: known' };
+  const verdictOf = (line: string): string => /: (PASS|FAIL|INCONCLUSIVE|NOT-APPLICABLE|PARTIAL)\b/.exec(line)![1]!;
+  const wordFor = { [EXIT.pass]: 'PASS', [EXIT.fail]: 'FAIL', [EXIT.inconclusive]: 'INCONCLUSIVE' } as Record<number, string>;
+  it('a finding below --fail-on plus an acknowledged one: never FAIL when the exit code is not 1, both counted after the verdict', () => {
+    const r = run([scen('overlimit-handoff', 'pass', [acked]), scen('capacity-audit', 'fail', [warning])]);
+    expect(r.outcome).toBe('fail');
+    expect(exitCodeFor(r, 'critical')).not.toBe(EXIT.fail);
+    const line = quietLine(r, 'critical');
+    expect(exitCodeFor(r, 'critical') === EXIT.pass ? ['PASS'] : ['INCONCLUSIVE', 'PARTIAL', 'NOT-APPLICABLE']).toContain(verdictOf(line));
+    expect(line).toContain('1 finding(s) below --fail-on critical');
+    expect(line).toContain('1 acknowledged finding(s)');
+    expect(line).not.toContain('FAIL');
+  });
+  it('agrees with the exit code at every --fail-on', () => {
+    const runs = [
+      run([scen('overlimit-handoff', 'pass', [acked]), scen('capacity-audit', 'fail', [warning])]),
+      run([scen('overlimit-handoff', 'fail', [leak]), scen('capacity-audit', 'fail', [warning])]),
+      run([scen('overlimit-handoff', 'pass', [acked])]),
+      run([scen('overlimit-handoff', 'inconclusive', [], { reason: 'deadline' }), scen('capacity-audit', 'fail', [warning])]),
+    ];
+    for (const r of runs) {
+      for (const failOn of ['critical', 'high', 'warning', 'info'] as const) {
+        // Exit 2 is every way of not establishing isolation: inconclusive, partial, nothing applicable.
+        const word = verdictOf(quietLine(r, failOn));
+        const code = exitCodeFor(r, failOn);
+        if (code === EXIT.inconclusive) expect(['INCONCLUSIVE', 'PARTIAL', 'NOT-APPLICABLE'], `${failOn}: ${quietLine(r, failOn)}`).toContain(word);
+        else expect(word, `${failOn}: ${quietLine(r, failOn)}`).toBe(wordFor[code]);
+      }
+    }
+    expect(quietLine(runs[1]!, 'warning')).toMatch(/FAIL: 2 finding\(s\) at or above warning$/);
   });
 });

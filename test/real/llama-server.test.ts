@@ -8,25 +8,13 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { runCli } from '../helpers/cli.js';
 import { startLlamaServer, type LlamaServer } from './llama-server.js';
+import { LAYOUTS, THREADS } from './layouts.js';
 
 interface RunJson {
   outcome: string;
   scenarios: Array<{ name: string; outcome: string; notes: string[]; findings: unknown[]; durationMs: number }>;
   findings: Array<{ kind: string; severity: string }>;
 }
-
-const LAYOUTS: Array<{ name: string; args: string[] }> = [
-  { name: '-np 1', args: ['-c', '4096', '-np', '1'] },
-  { name: '-np 2', args: ['-c', '4096', '-np', '2'] },
-  { name: '-np 4 --kv-unified', args: ['-c', '4096', '-np', '4', '--kv-unified'] },
-  { name: '-np 2 --cache-ram 0', args: ['-c', '4096', '-np', '2', '--cache-ram', '0'] },
-];
-/**
- * One compute thread: on a 2-core machine shared with the prober (and, in CI, other work), llama.cpp's
- * default thread pool spin-waits at every barrier and slows to a crawl (6 short completions: 54 s with
- * `-t 2` under load, 4 s with `-t 1`). Threads change nothing the prober judges (slots, cache, limits).
- */
-const THREADS = ['-t', '1', '-tb', '1'];
 
 describe('kvcanary run against llama.cpp llama-server', () => {
   let server: LlamaServer | undefined;

@@ -7,7 +7,7 @@ import { ConfigError, configSecrets, formatDuration, loadConfig, parseConfig, pa
 const KNOWN = ['overlimit-handoff', 'abort-race', 'capacity-audit', 'prefix-isolation'];
 const ENV = { PROD_KEY: 'sk-prod-0123456789abcdef', KEY_A: 'key-a-value-123456', KEY_B: 'key-b-value-654321' };
 /** DEFAULT_SCENARIO_INTERVALS for the scenarios in KNOWN. */
-const DEFAULT_TIERS = { 'overlimit-handoff': 3_600_000, 'abort-race': 3_600_000, 'prefix-isolation': 3_600_000 };
+const DEFAULT_TIERS = { 'overlimit-handoff': 21_600_000, 'abort-race': 3_600_000, 'prefix-isolation': 3_600_000 };
 const opts: ParseConfigOptions = { env: ENV, knownScenarios: KNOWN, defaultScenarios: KNOWN.slice(0, 3), baseDir: '/srv/kvc' };
 
 function issuesOf(text: string, o: ParseConfigOptions = opts): { path: string; message: string }[] {
@@ -100,10 +100,18 @@ targets:
     expect(c.store).toEqual({ path: '/srv/kvc/kvcanary.sqlite', retentionMs: 7 * 86_400_000 });
     // The default cost tiers of the known scenarios (DEFAULT_SCENARIO_INTERVALS): serve's schedule unless the config says otherwise.
     expect(c.schedule).toEqual({ intervalMs: 300_000, timeoutMs: 120_000, jitterMs: 30_000, scenarioIntervalsMs: DEFAULT_TIERS });
-    expect(c.budget).toEqual({ tokensPerHour: 2_000_000 });
+    // tokens_per_hour: auto — sized by serve from the tiers and the endpoint's advertised sizes (scenario-cost.ts).
+    expect(c.budget).toEqual({ tokensPerHour: 1_000_000_000_000, derived: true });
     expect(c.concurrency).toEqual({ global: 4, perTarget: 2 });
     expect(c.scenarios).toEqual(['overlimit-handoff', 'abort-race', 'capacity-audit']);
     expect(c.targets[0]?.scenarios).toEqual(c.scenarios);
+  });
+
+  it('budget.tokens_per_hour: auto is the default, an integer sets it, anything else is refused naming the field', () => {
+    const auto = parseConfig('budget: { tokens_per_hour: auto }\ntargets: [{ name: t, base_url: "http://127.0.0.1:1", budget: { tokens_per_hour: 700 } }]', opts);
+    expect(auto.budget).toEqual({ tokensPerHour: 1_000_000_000_000, derived: true });
+    expect(auto.targets[0]!.budget).toEqual({ tokensPerHour: 700 });
+    expect(() => parseConfig('budget: { tokens_per_hour: lots }\ntargets: [{ name: t, base_url: "http://127.0.0.1:1" }]', opts)).toThrow(/budget\.tokens_per_hour: expected auto or an integer >= 1, got "lots" \(string\)/);
   });
 
   it('accepts IPv6 listen addresses and port 0', () => {

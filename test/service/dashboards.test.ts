@@ -50,6 +50,8 @@ const AGREED_METRICS = {
   kvcanary_runs_skipped_total: 'counter',
   kvcanary_budget_tokens_remaining: 'gauge',
   kvcanary_scenario_interval_seconds: 'gauge',
+  kvcanary_open_findings: 'gauge',
+  kvcanary_target_info: 'gauge',
 } as const;
 
 type Panel = Record<string, unknown>;
@@ -289,7 +291,7 @@ describe('provisioning', () => {
 type Outcome = 'pass' | 'fail' | 'inconclusive';
 /** `hourly`: on a 1h cost tier, last run 50 minutes ago (between its runs: not stale). */
 interface FixtureScenario { outcome: Outcome; findings?: { kind: string; severity: string }[]; stale?: boolean; hourly?: boolean }
-interface FixtureTarget { up: boolean; pool?: number; context?: number; scenarios: Record<string, FixtureScenario>; skipped?: string }
+interface FixtureTarget { up: boolean; pool?: number; context?: number; scenarios: Record<string, FixtureScenario>; skipped?: string; shard: string; page?: string }
 
 /** A fixture target's standing by the product's own rule: hourly scenarios ran 50 minutes ago, stale ones an hour ago. */
 function standingOf(t: FixtureTarget) {
@@ -304,7 +306,7 @@ function standingOf(t: FixtureTarget) {
 /** What the exporter claims; the assertions below are derived from this, not restated. */
 const FIXTURE: Record<string, FixtureTarget> = {
   incident: {
-    up: true, pool: 681_280, context: 1_048_576,
+    up: true, pool: 681_280, context: 1_048_576, shard: '0/2', page: 'https://kvcanary-0.example.com/#target-incident',
     scenarios: {
       'overlimit-handoff': { outcome: 'fail', findings: [{ kind: 'cross-request-leak', severity: 'critical' }, { kind: 'rejection-not-enforced', severity: 'high' }] },
       'capacity-audit': { outcome: 'fail', findings: [{ kind: 'pool-below-context', severity: 'warning' }] },
@@ -313,11 +315,11 @@ const FIXTURE: Record<string, FixtureTarget> = {
     },
   },
   remediated: {
-    up: true, pool: 2_040_000, context: 1_048_576, skipped: 'budget',
+    up: true, pool: 2_040_000, context: 1_048_576, skipped: 'budget', shard: '1/2', page: 'https://kvcanary-1.example.com/#target-remediated',
     scenarios: { 'overlimit-handoff': { outcome: 'pass', hourly: true }, 'capacity-audit': { outcome: 'pass' }, 'abort-race': { outcome: 'pass' } },
   },
   unreachable: {
-    up: false, skipped: 'overlap',
+    up: false, skipped: 'overlap', shard: '1/2',
     scenarios: {
       'overlimit-handoff': { outcome: 'inconclusive' },
       'capacity-audit': { outcome: 'inconclusive' },
@@ -352,12 +354,16 @@ async function startFixtureExporter(): Promise<{ url: string; hostPort: string; 
   const interval = new Gauge({ name: 'kvcanary_scenario_interval_seconds', help: 'How often the scenario is due', labelNames: ['target', 'scenario'], registers: [registry] });
   const standing = new Gauge({ name: 'kvcanary_target_verdict', help: 'Target standing (state set)', labelNames: ['target', 'outcome'], registers: [registry] });
   const lastFindings = new Gauge({ name: 'kvcanary_last_run_findings', help: 'Unacknowledged findings in the last run of a scenario', labelNames: ['target', 'scenario', 'kind'], registers: [registry] });
+  const open = new Gauge({ name: 'kvcanary_open_findings', help: 'Findings that page', labelNames: ['target', 'scenario', 'kind', 'severity', 'shard', 'source', 'status_page'], registers: [registry] });
+  const info = new Gauge({ name: 'kvcanary_target_info', help: 'Always 1 per probed target', labelNames: ['target', 'source', 'shard', 'status_page'], registers: [registry] });
 
   const spent = new Map<string, number>();
   const streaks = new Map<string, number>();
   function recordCycle(): void {
     const now = Date.now() / 1000;
     for (const [target, t] of Object.entries(FIXTURE)) {
+      const place = { shard: t.shard, source: target, ...(t.page === undefined ? {} : { status_page: t.page }) };
+      info.set({ target, ...place }, 1);
       up.set({ target }, t.up ? 1 : 0);
       if (t.pool !== undefined) pool.set({ target }, t.pool);
       if (t.context !== undefined) context.set({ target }, t.context);
@@ -386,6 +392,7 @@ async function startFixtureExporter(): Promise<{ url: string; hostPort: string; 
         streak.set({ target, scenario }, streaks.get(key) ?? 0);
         for (const f of s.findings ?? []) findings.inc({ target, scenario, ...f });
         for (const f of s.findings ?? []) lastFindings.set({ target, scenario, kind: f.kind }, 1);
+        for (const f of s.findings ?? []) open.set({ target, scenario, ...f, ...place }, 1);
         probeDuration.observe({ target, scenario }, t.up ? 3 + Math.random() * 20 : 30);
         if (t.up) {
           tokensSent.inc({ target, scenario }, 40_000);
@@ -494,6 +501,28 @@ describe('end to end: a real Prometheus scraping the agreed metrics', () => {
     expect(shown).toEqual(expected);
   });
 
+  it('lists every replica across shards in the fleet table: its last verdict per scenario, its shard and its page', async () => {
+    const panel = panelByTitle("Fleet: every replica's last verdict per scenario");
+    expect(panel.type).toBe('table');
+    const query = dashboardQueries(dashboard).find((q) => q.panelId === panel.id)!;
+    const overrides = (panel.fieldConfig as { overrides: { matcher: { options: string }; properties: { id: string; value: unknown }[] }[] }).overrides;
+    const valueMap = new Map<string, ValueMapping>();
+    for (const m of (overrides.find((o) => o.matcher.options === 'Value')?.properties.find((p) => p.id === 'mappings')?.value ?? []) as { type: string; options: Record<string, ValueMapping> }[]) {
+      for (const [v, r] of Object.entries(m.options)) valueMap.set(v, r);
+    }
+    const link = overrides.find((o) => o.matcher.options === 'status_page')?.properties.find((p) => p.id === 'links')?.value as { url: string }[];
+    expect(link[0]?.url).toBe('${__value.raw}');
+    const rows = (await prom().query(query.expr)).map((s) => ({
+      target: s.metric.target, scenario: s.metric.scenario, shard: s.metric.shard, page: s.metric.status_page, verdict: valueMap.get(String(s.value))?.text,
+    }));
+    const expected = Object.entries(FIXTURE).flatMap(([target, t]) => Object.entries(t.scenarios).map(([scenario, sc]) => ({
+      target, scenario, shard: t.shard, page: t.page, verdict: sc.outcome,
+    })));
+    const key = (r: { target?: string; scenario?: string }): string => `${r.target}/${r.scenario}`;
+    expect(rows.sort((a, b) => key(a).localeCompare(key(b)))).toEqual(expected.sort((a, b) => key(a).localeCompare(key(b))));
+    expect(new Set(rows.map((r) => r.shard))).toEqual(new Set(['0/2', '1/2']));
+  });
+
   it('shows each target\'s standing through the standing panel\'s own value mappings, only pass in green', async () => {
     const panel = panelByTitle('Target standing');
     const mappings = valueMappings(panel);
@@ -510,16 +539,22 @@ describe('end to end: a real Prometheus scraping the agreed metrics', () => {
   it('raises each alert for the target that earns it and for no other', async () => {
     // Zero-`for` alerts fire; the rest are pending until their `for` elapses. Either way the labels say who.
     const active = await prom().waitFor('ALERTS{alertname="KvcanaryCrossRequestLeak", alertstate="firing"}', (s) => s.length > 0);
+    // The finding alert carries the series' own labels: shard, source, the status page, and Prometheus's job and instance.
     expect(active.map(describeLabels)).toEqual([JSON.stringify({
-      __name__: 'ALERTS', alertname: 'KvcanaryCrossRequestLeak', alertstate: 'firing', kind: 'cross-request-leak',
-      scenario: 'overlimit-handoff', severity: 'critical', target: 'incident',
+      __name__: 'ALERTS', alertname: 'KvcanaryCrossRequestLeak', alertstate: 'firing', instance: exporter?.hostPort, job: 'kvcanary', kind: 'cross-request-leak',
+      scenario: 'overlimit-handoff', severity: 'critical', shard: '0/2', source: 'incident', status_page: FIXTURE.incident!.page, target: 'incident',
     })]);
     const all = await prom().waitFor('ALERTS', (s) => new Set(s.map((a) => a.metric.alertname)).size >= 7);
     const who = (alertname: string) => [...new Set(all.filter((a) => a.metric.alertname === alertname).map((a) => `${a.metric.target}/${a.metric.scenario ?? ''}/${a.metric.alertstate}`))].sort();
     expect(who('KvcanaryCrossRequestLeak')).toEqual(['incident/overlimit-handoff/firing']);
     expect(who('KvcanaryRejectionNotEnforced')).toEqual(['incident/overlimit-handoff/firing']);
     expect(who('KvcanaryPrefixTimingSideChannel')).toEqual(['incident/prefix-isolation/firing']);
-    expect(who('KvcanaryPoolBelowContext')).toEqual(['incident//pending']);
+    expect(who('KvcanaryPoolBelowContext')).toEqual(['incident/capacity-audit/pending']);
+    // The others take shard and status page from kvcanary_target_info.
+    const down = all.filter((a) => a.metric.alertname === 'KvcanaryTargetDown');
+    expect(down.map((a) => [a.metric.target, a.metric.shard, a.metric.status_page])).toEqual([['unreachable', '1/2', undefined]]);
+    const inconclusive = all.filter((a) => a.metric.alertname === 'KvcanaryProbesInconclusive');
+    expect(new Set(inconclusive.map((a) => a.metric.shard))).toEqual(new Set(['1/2']));
     expect(who('KvcanaryProbesInconclusive')).toEqual(['unreachable/abort-race/pending', 'unreachable/capacity-audit/pending', 'unreachable/overlimit-handoff/pending']);
     expect(who('KvcanaryProbesStale')).toEqual(['unreachable/abort-race/pending']);
     expect(who('KvcanaryTargetDown')).toEqual(['unreachable//pending']);

@@ -59,7 +59,7 @@ targets:
     expect(c.targets.map((t) => t.name)).toEqual(['static']);
     expect(c.discovery?.map((d) => d.template.name)).toEqual(['glm', 'vllm', 'sg']);
     const glm = c.discovery![0]!;
-    expect(glm.spec).toEqual({ source: { kind: 'file_sd', file: '/etc/kvcanary/sd.json' }, refreshMs: 10_000, scheme: 'http', pathPrefix: '/v1' });
+    expect(glm.spec).toEqual({ source: { kind: 'file_sd', file: '/etc/kvcanary/sd.json' }, refreshMs: 10_000, scheme: 'http', pathPrefix: '/v1', allow: [] });
     expect(glm.template.scenarios).toEqual(['capacity-audit']);
     expect(glm.template.tenants.map((t) => t.name)).toEqual(['a', 'b']);
     expect(c.discovery![1]!.spec).toMatchObject({ source: { kind: 'dns', host: 'vllm-headless.default.svc.cluster.local', port: 8000 }, scheme: 'https', refreshMs: 30_000 });
@@ -191,6 +191,10 @@ targets:
     const removed = 'glm/127.0.0.1:20003';
     const owner = services[shardOf(removed, 3)]!;
     await vi.waitFor(() => expect(owner.scheduler.states().map((l) => l.target)).not.toContain(removed), { timeout: 5000 });
+    // The log says discovery removed it: nobody edited the config.
+    const removal = logs.text().split('\n').find((l) => l.includes(removed) && l.includes('removed'));
+    expect(removal).toMatch(/target removed by discovery/);
+    expect(logs.text()).not.toContain('target removed from config');
 
     // Cycles run and report their outcome per target; the info metric carries the discovered label.
     await vi.waitFor(async () => {

@@ -27,6 +27,7 @@ const AGREED = {
   kvcanary_runs_skipped_total: 'counter',
   kvcanary_budget_tokens_remaining: 'gauge',
   kvcanary_scenario_interval_seconds: 'gauge',
+  kvcanary_open_findings: 'gauge',
 } as const;
 
 const MARKER = 'kvcanary-q3x8abcdefghijklmnopqrstuv';

@@ -58,7 +58,7 @@ targets:
     expect(dueScenarios(off, new Map(off.scenarios.map((s) => [s, 0])), 300_000)).toEqual(off.scenarios);
     // An empty mapping overrides nothing: the defaults stay.
     expect(parseConfig('schedule: { scenarios: {} }\ntargets: [{ name: a, base_url: "http://x:1" }]\n', { knownScenarios: SCENARIO_NAMES }).targets[0]!.schedule.scenarioIntervalsMs)
-      .toHaveProperty('overlimit-handoff', 3_600_000);
+      .toHaveProperty('overlimit-handoff', 21_600_000);
   });
 
   it('keeps a default tier shorter than a longer cycle harmless: the scenario runs every cycle', () => {
@@ -66,7 +66,7 @@ targets:
     expect(tiersOf(t).map(([s]) => s)).not.toContain('overlimit-rejection');
     const runs = runsOver(t, 86_400_000);
     expect(runs.get('overlimit-rejection')).toBe(48);
-    expect(runs.get('overlimit-handoff')).toBe(24);
+    expect(runs.get('abort-race')).toBe(24);
   });
 
   it('rejects unknown scenarios and intervals shorter than the cycle, naming the field', () => {
@@ -100,18 +100,19 @@ targets: [{ name: a, base_url: "http://x:1" }]
     expect(cycles).toBeGreaterThan(270);
     // 15m on a 5m grid: every third cycle.
     expect(Math.abs(runs.get('overlimit-rejection')! - cycles / 3)).toBeLessThanOrEqual(2);
-    for (const s of ['overlimit-handoff', 'abort-race', 'concurrent-interleave', 'prefix-isolation']) expect(runs.get(s)).toBeGreaterThanOrEqual(23);
-    for (const s of ['overlimit-handoff', 'abort-race', 'concurrent-interleave', 'prefix-isolation']) expect(runs.get(s)).toBeLessThanOrEqual(25);
-    for (const s of ['prefix-collision', 'prefix-churn']) expect([4, 5]).toContain(runs.get(s));
+    for (const s of ['abort-race', 'concurrent-interleave', 'prefix-isolation']) expect(runs.get(s)).toBeGreaterThanOrEqual(23);
+    for (const s of ['abort-race', 'concurrent-interleave', 'prefix-isolation']) expect(runs.get(s)).toBeLessThanOrEqual(25);
+    expect([4, 5]).toContain(runs.get('overlimit-handoff'));
+    for (const s of ['prefix-collision', 'prefix-churn']) expect([1, 2]).toContain(runs.get(s));
   });
 });
 
 describe('runsOver', () => {
-  it('counts a day of the default schedule on the nominal 5m grid: 288 cycles, 96 rejection checks, 24 hourly and 4 six-hourly runs', () => {
+  it('counts a day of the default schedule on the nominal 5m grid: 288 cycles, 96 rejection checks, 24 hourly, 4 six-hourly and 1 daily run', () => {
     const t = parseConfig('targets: [{ name: a, base_url: "http://x:1" }]\n', { knownScenarios: SCENARIO_NAMES }).targets[0]!;
     expect(Object.fromEntries(runsOver(t, 86_400_000))).toEqual({
-      'capacity-audit': 288, 'overlimit-rejection': 96, 'overlimit-handoff': 24, 'abort-race': 24,
-      'concurrent-interleave': 24, 'prefix-isolation': 24, 'prefix-collision': 4, 'prefix-churn': 4,
+      'capacity-audit': 288, 'overlimit-rejection': 96, 'overlimit-handoff': 4, 'abort-race': 24,
+      'concurrent-interleave': 24, 'prefix-isolation': 24, 'prefix-collision': 1, 'prefix-churn': 1,
     });
     // The first hour is the busiest: every tier is due in the first cycle.
     expect(Object.fromEntries(runsOver(t, 3_600_000))).toMatchObject({ 'capacity-audit': 12, 'overlimit-rejection': 4, 'prefix-churn': 1 });
@@ -135,7 +136,7 @@ describe('serve with the default tiers', () => {
     };
     const config = parseConfig(`
 schedule: { interval: 5m, timeout: 1m, jitter: 0s }
-scenarios: [capacity-audit, overlimit-rejection, overlimit-handoff]
+scenarios: [capacity-audit, overlimit-rejection, abort-race]
 targets: [{ name: prod, base_url: "http://h" }]
 `, { knownScenarios: SCENARIO_NAMES, env: {} });
     const store = openStore({ path: ':memory:', retentionMs: 86_400_000 });
@@ -152,7 +153,7 @@ targets: [{ name: prod, base_url: "http://h" }]
     const at = (s: string): number[] => calls.filter((c) => c.scenario === s).map((c) => c.at / 60_000);
     expect(at('capacity-audit')).toEqual([0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60]);
     expect(at('overlimit-rejection')).toEqual([0, 15, 30, 45, 60]);
-    expect(at('overlimit-handoff')).toEqual([0, 60]);
+    expect(at('abort-race')).toEqual([0, 60]);
 
     // Restarted two minutes later: its first cycle runs only what is due by the stored history.
     calls.length = 0;
@@ -184,7 +185,7 @@ describe('what an operator sees of the tiers', () => {
       const r = await runCli(['check-config', file]);
       expect(r.code, r.stderr).toBe(0);
       const [a, b] = r.stdout.split('\n').slice(1);
-      expect(a).toMatch(/less often: overlimit-handoff every 1h, overlimit-rejection every 15m, abort-race every 2h, concurrent-interleave every 1h, prefix-isolation every 1h, prefix-collision every 6h$/);
+      expect(a).toMatch(/less often: overlimit-handoff every 6h, overlimit-rejection every 15m, abort-race every 2h, concurrent-interleave every 1h, prefix-isolation every 1h, prefix-collision every 1d$/);
       expect(b).toMatch(/; every scenario every cycle \(no cost tiers\)$/);
     } finally {
       rmSync(d, { recursive: true, force: true });

@@ -249,7 +249,7 @@ ${extra}`;
     expect(health.loops.map((l) => l.target)).toEqual(['incident', 'second']);
     // How often each scenario is due, for the staleness alert: the default hourly tier of overlimit-handoff, the cycle for the audit.
     const intervals = await (await fetch(`${svc.url}metrics`)).text();
-    expect(intervals).toContain('kvcanary_scenario_interval_seconds{target="second",scenario="overlimit-handoff"} 3600');
+    expect(intervals).toContain('kvcanary_scenario_interval_seconds{target="second",scenario="overlimit-handoff"} 21600');
     expect(intervals).toContain('kvcanary_scenario_interval_seconds{target="second",scenario="capacity-audit"} 600');
     expect(await (await fetch(`${svc.url}metrics`)).text()).toContain('kvcanary_probe_runs_total{target="second",scenario="capacity-audit",outcome="pass"} 0');
   });

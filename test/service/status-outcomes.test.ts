@@ -32,7 +32,7 @@ describe('status page outcomes', () => {
     expect(row('prefix-isolation')).toContain('class="badge not-applicable"');
     expect(row('prefix-isolation')).toContain('0 cached tokens');
     expect(row('abort-race')).toContain('class="badge pass"');
-    expect(row('abort-race')).toMatch(/power: 30 race windows.*0\.958/);
+    expect(row('abort-race')).toMatch(/power \(model, windows assumed independent\): 30 race windows.*0\.958/);
     expect(row('prefix-churn')).toContain('cut short: budget');
     expect(html).toContain(FINDING_KINDS['pool-below-context'].remediation);
     // Its own colour: the not-applicable badge is styled, and not with the pass green.

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { scratchHome } from '../helpers/cli.js';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -180,10 +180,11 @@ describe('store: file, pragmas and migrations', () => {
     expect(() => openStore({ path: p, retentionMs: DAY, readonly: true })).toThrow(expect.objectContaining({ code: 'KVC_STORE_SCHEMA_OLDER' }) as unknown as Error);
   });
 
-  it('reports a file that is not a database as KVC_STORE_OPEN', () => {
+  it('refuses a file that is not a database as KVC_STORE_NOT_KVCANARY, before touching it', () => {
     const p = path.join(dir, 'garbage.sqlite');
     writeFileSync(p, 'x'.repeat(4096));
-    expect(() => openStore({ path: p, retentionMs: DAY })).toThrow(expect.objectContaining({ code: 'KVC_STORE_OPEN' }) as unknown as Error);
+    expect(() => openStore({ path: p, retentionMs: DAY })).toThrow(expect.objectContaining({ code: 'KVC_STORE_NOT_KVCANARY' }) as unknown as Error);
+    expect(readFileSync(p, 'utf8')).toBe('x'.repeat(4096));
   });
 });
 

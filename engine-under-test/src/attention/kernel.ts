@@ -9,9 +9,10 @@
 import type { KvMemory } from '../kv-memory.js';
 import { createJsKernel } from './js-kernel.js';
 import { createWasmKernel, wasmSimdSupported } from './wasm-kernel.js';
+import { createSkipKernel, timeKernel } from './skip-kernel.js';
 
 export interface AttentionKernel {
-  readonly name: 'wasm-simd' | 'js';
+  readonly name: KernelName;
   /**
    * Attends `q` (64 floats) over positions [0, numPositions) of the page table `pages` and writes the
    * normalised output (64 floats) into `out`. `numPositions` must be >= 1 and `pages` must name
@@ -21,8 +22,13 @@ export interface AttentionKernel {
 }
 
 export type KernelPreference = 'auto' | 'wasm-simd' | 'js';
+/** `full` computes attention; `skip` keeps everything around it and skips the arithmetic (skip-kernel.ts). */
+export type AttentionMode = 'full' | 'skip';
+export const ATTENTION_MODES: readonly AttentionMode[] = ['full', 'skip'];
+export type KernelName = 'wasm-simd' | 'js' | 'skip';
 
-export function createAttentionKernel(memory: KvMemory, prefer: KernelPreference = 'auto'): AttentionKernel {
+export function createAttentionKernel(memory: KvMemory, prefer: KernelPreference = 'auto', mode: AttentionMode = 'full'): AttentionKernel {
+  if (mode === 'skip') return createSkipKernel(memory, timeKernel(memory, createAttentionKernel(memory, prefer)));
   if (prefer === 'js') return createJsKernel(memory);
   if (memory.wasmMemory !== undefined && wasmSimdSupported()) return createWasmKernel(memory);
   if (prefer === 'wasm-simd') {

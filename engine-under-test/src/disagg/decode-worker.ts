@@ -12,7 +12,8 @@
  * reading and ends the response at once; the pages go back to the pool only when nothing can still write or
  * copy them: after prefill reports the room's transfer drained (`closed`/`transferred`), and after host
  * copies are done. The `late-write` fault releases at once despite a transfer in flight; the
- * `offload-release-race` fault releases at once despite host copies in flight. `deferred-release` parks such
+ * `offload-release-race` fault releases at once despite host copies in flight; each on a rated fraction of
+ * such releases, drawn once per request (`--fault-rate`). `deferred-release` parks such
  * pages until their leases are gone, whatever this protocol decided; `page-tags` checks every page's tag
  * before each read and fails the request closed on a mismatch.
  *
@@ -22,6 +23,7 @@
  * once prefill reports them landed. Under `page-tags`, a shared page is checked against the generation it
  * had when it was shared (it is SHARED, not the reader's), the rest as before.
  */
+import type { KernelName } from '../attention/kernel.js';
 import type { MessagePort } from 'node:worker_threads';
 import type { DisaggregatedConfig, EngineConfig } from '../config.js';
 import { KvMemory } from '../kv-memory.js';
@@ -36,6 +38,7 @@ import { StatsBlock } from './stats-block.js';
 import { answerSync } from './sync-call.js';
 import { realTimers, type Timers } from './timers.js';
 import { reserveWithPrefix } from '../prefix-reservation.js';
+import { faultTrigger } from '../faults.js';
 
 type EndReason = 'length' | 'aborted' | 'error';
 
@@ -63,6 +66,9 @@ class DecodeSequence {
   sharedGens: Int32Array = new Int32Array(0);
   /** Prompt positions prefill was told to skip (shared or loaded from the host tier). */
   skipTokens = 0;
+  /** The race faults' draws for this request, made at its first eligible release (undefined: not yet). */
+  releaseDespiteTransfer: boolean | undefined;
+  releaseDespiteCopies: boolean | undefined;
 
   constructor(
     readonly id: number,
@@ -97,8 +103,9 @@ export class DecodeWorker {
   private readonly active: DecodeSequence[] = [];
   private readonly events: DecodeEvent[] = [];
   private readonly logits = new Float32Array(256);
-  private readonly releaseAtOnceDespiteTransfer: boolean;
-  private readonly releaseAtOnceDespiteCopies: boolean;
+  /** The race faults: whether this eligible release goes ahead at once (see faults.ts, faultTrigger). */
+  private readonly releaseAtOnceDespiteTransfer: () => boolean;
+  private readonly releaseAtOnceDespiteCopies: () => boolean;
   private readonly pageTags: boolean;
   private scheduled = false;
   private reclaimTimer = false;
@@ -134,6 +141,7 @@ export class DecodeWorker {
     this.model = new InductionModel(memory, {
       config: c.model,
       kernel: c.kernel,
+      attention: c.attention,
       fenceReads: true,
       onForeignRead: (reader, r) => {
         // A same-tenant read of a page cached for the same tokens is the cache working, not a leak.
@@ -141,8 +149,8 @@ export class DecodeWorker {
         if (read !== undefined) this.events.push({ k: 'foreign', reader, pages: read.pages, writers: read.writers });
       },
     });
-    this.releaseAtOnceDespiteTransfer = c.faults.includes('late-write');
-    this.releaseAtOnceDespiteCopies = c.faults.includes('offload-release-race');
+    this.releaseAtOnceDespiteTransfer = faultTrigger(c, 'late-write');
+    this.releaseAtOnceDespiteCopies = faultTrigger(c, 'offload-release-race');
     this.pageTags = c.defenses.includes('page-tags');
     if (this.disagg.hostOffload) {
       const capacityPages = Math.max(1, Math.floor(this.disagg.hostCacheTokens / c.pageSize));
@@ -403,14 +411,15 @@ export class DecodeWorker {
     if (table === undefined || table.released) return;
     const transferInFlight = seq.bootstrapped && !seq.transferClosed;
     const copiesInFlight = seq.loading || seq.writingBack;
-    if (transferInFlight && !this.releaseAtOnceDespiteTransfer) return;
-    if (copiesInFlight && !this.releaseAtOnceDespiteCopies) return;
+    // A request's first eligible release draws whether its fault fires; a later attempt keeps that draw.
+    if (transferInFlight && !(seq.releaseDespiteTransfer ??= this.releaseAtOnceDespiteTransfer())) return;
+    if (copiesInFlight && !(seq.releaseDespiteCopies ??= this.releaseAtOnceDespiteCopies())) return;
     this.pool.release(table);
     this.cache?.finished(seq.id);
     this.sequences.delete(seq.id);
   }
 
-  get kernel(): 'wasm-simd' | 'js' {
+  get kernel(): KernelName {
     return this.model.kernel.name;
   }
 

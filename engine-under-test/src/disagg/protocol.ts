@@ -8,6 +8,7 @@
  * decode either bootstraps it (then prefill answers `transferred`, `closed` or `rejected`) or drops it
  * before bootstrap (`dropped`).
  */
+import type { KernelName } from '../attention/kernel.js';
 import type { MessagePort } from 'node:worker_threads';
 import type { PromptKind, Rejection } from '../admission.js';
 import type { EngineConfig } from '../config.js';
@@ -65,7 +66,7 @@ export type DecodeEvent =
   | { k: 'foreign'; reader: number; pages: number[]; writers: number[] };
 
 /** Decode -> router. Events of one step travel together, in order (a foreign read before the token it produced). */
-export type FromDecode = { t: 'ready'; kernel: 'wasm-simd' | 'js' } | { t: 'events'; events: DecodeEvent[] } | { t: 'error'; message: string };
+export type FromDecode = { t: 'ready'; kernel: KernelName } | { t: 'events'; events: DecodeEvent[] } | { t: 'error'; message: string };
 
 /** Prefill -> router. */
 export type FromPrefill = { t: 'ready' } | { t: 'rejected'; id: number; rejection: Rejection } | { t: 'error'; message: string };

@@ -17,6 +17,7 @@
  * exposure log. stats() reads counters the workers publish in shared memory; checkInvariants() asks the
  * workers synchronously (sync-call.ts).
  */
+import type { KernelName } from '../attention/kernel.js';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
 import { checkAdmission } from '../admission.js';
 import { defenseBlocks } from '../defenses.js';
@@ -116,7 +117,7 @@ export async function createDisaggregatedEngine(config: EngineConfig, deps: Disa
   const { port1, port2 } = new MessageChannel();
   const decode = spawn('decode', config, decodeMemory.wasmMemory as WebAssembly.Memory, port1);
   const prefill = spawn('prefill', config, decodeMemory.wasmMemory as WebAssembly.Memory, port2);
-  let kernel: 'wasm-simd' | 'js' = 'js';
+  let kernel: KernelName = 'js';
   try {
     const [decodeReady] = await Promise.all([ready(decode), ready(prefill)]);
     if (decodeReady.t === 'ready' && 'kernel' in decodeReady) kernel = decodeReady.kernel;

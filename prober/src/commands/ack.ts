@@ -2,7 +2,7 @@
  * `kvcanary ack`: acknowledge a known finding for a while (a silence in the evidence store). A running
  * `serve` on that store picks it up at its next probe call: matching findings are still recorded and shown,
  * marked acknowledged, but no longer fail runs or count in kvcanary_findings_total (so they do not page).
- * `kvcanary run --store FILE` applies the silences of its store the same way (its runs are target `cli`).
+ * `kvcanary run --store FILE` applies the silences of its store the same way (a run is named by its endpoint: its config target's name, else HOST:PORT).
  */
 import { existsSync } from 'node:fs';
 import { userInfo } from 'node:os';
@@ -53,7 +53,8 @@ export async function ackMain(args: string[]): Promise<number> {
   let paths = v.store ?? [DEFAULTS.storePath];
   if (v.config !== undefined) {
     try {
-      paths = storePathsOf((await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES })).store.path);
+      // ack reads only the store path: the keys' variables and files need only be named.
+      paths = storePathsOf((await loadConfig(v.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false })).store.path);
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
       process.stderr.write(err.message + '\n');

@@ -5,6 +5,13 @@ import { tiersOf } from '../service/scenario-schedule.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { describeSource } from '../service/discovery/spec.js';
 import { budgetWarning } from '../service/cycle-cost.js';
+import { derivedBudget, describeDailyCost, scheduledCost, type EndpointSizes } from '../service/scenario-cost.js';
+
+/**
+ * The size check-config prices a schedule at (it contacts no endpoint): a 1,048,576-token context with pools
+ * as large. serve logs the same figures at the endpoint's own advertised sizes when it first sees them.
+ */
+export const REFERENCE_SIZES: Readonly<EndpointSizes> = { contextTokens: 1_048_576, poolTokens: 1_048_576, reservationPoolTokens: 1_048_576, largestPoolTokens: 1_048_576 };
 
 const USAGE = `usage: kvcanary check-config FILE
 
@@ -32,9 +39,18 @@ export async function checkConfigMain(args: string[]): Promise<number> {
     }
     const discovered = (config.discovery ?? []).length;
     process.stdout.write(`${args[0]}: valid, ${config.targets.length} target(s)${discovered > 0 ? ` and ${discovered} discovery entr${discovered === 1 ? 'y' : 'ies'}` : ''}\n${lines.join('\n')}\n`);
-    // From the config alone: sizes it states (probe tuning); the endpoint's advertised sizes are checked by serve.
-    for (const t of [...config.targets, ...(config.discovery ?? []).map((d) => d.template)]) {
-      const warning = budgetWarning(t, {}, 'from the configured probe sizes');
+    // The expected cost at a reference size; the endpoint's advertised sizes are priced by serve.
+    const all = [...config.targets, ...(config.discovery ?? []).map((d) => d.template)];
+    process.stdout.write(`expected cost at a 1,048,576-token context with pools as large (serve logs it at each endpoint's own sizes):\n`);
+    for (const t of all) {
+      const cost = scheduledCost(t, REFERENCE_SIZES);
+      const budget = t.budget.derived === true ? `budget auto: ${derivedBudget(cost) ?? 'unknown'} tokens/hour at this size` : `budget ${t.budget.tokensPerHour} tokens/hour`;
+      process.stdout.write(`  ${t.name}: ${describeDailyCost(cost)}; busiest hour ${cost.busiestHour.sent} sent; ${budget}\n`);
+    }
+    // From the config alone: sizes it states (probe tuning) or the reference size, for a budget set by hand.
+    for (const t of all) {
+      if (t.budget.derived === true) continue;
+      const warning = budgetWarning(t, {}, 'from the configured probe sizes') ?? budgetWarning(t, REFERENCE_SIZES, 'at a 1,048,576-token context');
       if (warning !== undefined) process.stderr.write(`warning: ${warning}\n`);
     }
     return EXIT.pass;

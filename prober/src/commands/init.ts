@@ -2,15 +2,17 @@
  * `kvcanary init [FILE] [--force]`: write a commented example serve config to copy from (default
  * ./kvcanary.yaml). It passes `check-config` as written; every optional key is shown with its default.
  */
-import { existsSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
 import { DEFAULT_SCENARIO_INTERVALS } from '../service/scenario-schedule.js';
+import { writeOutputFile } from './output-file.js';
+import { UsageError } from './usage.js';
+import { shownPath } from '../shown-value.js';
 
 const USAGE = `usage: kvcanary init [FILE] [--force]
 
   FILE     where to write the example config (default ./kvcanary.yaml)
-  --force  overwrite FILE if it exists`;
+  --force  overwrite FILE if it exists (a regular file: never a symbolic link, FIFO or device)`;
 
 export function exampleConfig(): string {
   const tiers = Object.entries(DEFAULT_SCENARIO_INTERVALS).map(([s, d]) => `    ${s}: ${d}`).join('\n');
@@ -19,6 +21,8 @@ export function exampleConfig(): string {
 # Reload without a restart: SIGHUP (a bad new config keeps the old one and logs why).
 
 listen: 127.0.0.1:9464            # /metrics, /healthz, the status page and /api; bind 0.0.0.0:9464 in a container
+# external_url: https://kvcanary-{shard}.example.com/   # the status page as on-call reaches it ({shard}: the
+#                                   # shard index); alerts link to it (docs/operations.md "Metrics")
 store:
   path: ./kvcanary.sqlite         # evidence database (relative to this file); "{shard}" becomes the shard index
   retention: 7d                   # requests and markers older than this are pruned; runs and findings are kept
@@ -31,12 +35,12 @@ schedule:
   jitter: 30s
   # Cost tiers (the defaults): each scenario listed runs once per its interval, the others (capacity-audit,
   # which sends no prompts) every cycle. A key given overrides its default; \`NAME: every_cycle\` drops one
-  # tier, \`scenarios: every_cycle\` all of them: every scenario every cycle (see the README's Token cost).
+  # tier, \`scenarios: every_cycle\` all of them: every scenario every cycle (README "Production use", Token cost).
   scenarios:
 ${tiers}
 
 budget:
-  tokens_per_hour: 2000000        # per target; a cycle that would not fit is skipped and counted
+  tokens_per_hour: auto           # per target; auto: from the tiers and the endpoint's advertised sizes
 concurrency:
   global: 4
   per_target: 2
@@ -63,6 +67,7 @@ targets:                          # required: at least one
   #     refresh: 30s
   #     scheme: http
   #     path_prefix: /v1
+  #     allow: []               # also probe link-local, metadata or unspecified addresses (docs/security.md)
 
 # Acknowledged findings: still recorded and shown, but they fail no run and page no one until they expire.
 # \`kvcanary ack\` adds silences to the store; \`kvcanary report\` lists both.
@@ -88,11 +93,15 @@ export async function initMain(args: string[]): Promise<number> {
     return EXIT.pass;
   }
   const file = parsed.positionals[0] ?? 'kvcanary.yaml';
-  if (existsSync(file) && !parsed.values.force) {
-    process.stderr.write(`kvcanary init: ${file} exists; pass --force to overwrite it\n`);
+  // Never through a link (a dangling one would create its target), never over a FIFO or device, a missing
+  // folder is the operator's to create: each a usage error naming FILE.
+  try {
+    writeOutputFile(file, exampleConfig(), { what: 'init', overwrite: parsed.values.force, existsHint: 'exists; pass --force to overwrite it', protect: [] });
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    process.stderr.write(`kvcanary ${err.message}\n`);
     return EXIT.usage;
   }
-  writeFileSync(file, exampleConfig(), { mode: 0o644 });
-  process.stdout.write(`wrote ${file}: edit the target, then \`kvcanary check-config ${file}\`\n`);
+  process.stdout.write(`wrote ${shownPath(file)}: edit the target, then \`kvcanary check-config FILE\`\n`);
   return EXIT.pass;
 }

@@ -61,7 +61,7 @@ export function reportText({ since, targets = [], runs, skips = [], findings, si
     for (const f of g) {
       const e = f.evidence;
       const parts = [`    ${f.at}  ${f.scenario}`];
-      if (e.match !== undefined) parts.push(`marker ${oneLine(e.match)}`);
+      if (e.match !== undefined) parts.push(`${evidenceLabel(f)} ${oneLine(e.match)}`);
       if (e.planted !== undefined) parts.push(`${plantedText(e.planted)}${e.planted.resolvedFrom !== undefined ? ` (from ${e.planted.resolvedFrom})` : ''}`);
       if (e.read !== undefined) parts.push(`read by ${e.read.tenant}/${e.read.role} ${e.read.requestId}`);
       if (f.chance > 0) parts.push(`chance ≤ ${f.chance.toExponential(1)}`);
@@ -75,4 +75,13 @@ export function reportText({ since, targets = [], runs, skips = [], findings, si
     out.push(`  ${isActive(s, now) ? 'active ' : 'expired'}  until ${s.expiresAt}  target=${s.target} kind=${s.kind}${s.scenario === undefined ? '' : ` scenario=${s.scenario}`}  by ${s.createdBy}: ${oneLine(s.reason)}`);
   }
   return forTerminal(out.join('\n'));
+}
+
+/**
+ * What a finding's `evidence.match` is: a canary marker (or a fragment of one) for a leak that carried one, an
+ * observation (cached tokens, a timing effect, a served over-limit prompt, pool against context) otherwise.
+ */
+export function evidenceLabel(f: Pick<StoredFinding, 'kind' | 'evidence'>): string {
+  if (f.evidence.planted !== undefined || f.kind === 'cross-request-leak') return 'marker';
+  return 'observed:';
 }

@@ -4,6 +4,7 @@
  * each opened read-only. Evidence printed is what the stores hold: bounded and redacted. Usage, config and
  * store problems are thrown to the CLI's error boundary (exit 64).
  */
+import { jsonText } from '../json-text.js';
 import { existsSync, statSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
@@ -93,7 +94,7 @@ export async function reportMain(args: string[]): Promise<number> {
   const { runs, skips, findings, silences } = read;
   const targets = standings(read.latest, schedules, v.target, Date.now());
   if (v.json) {
-    process.stdout.write(JSON.stringify({ store: paths.length === 1 ? paths[0] : paths, since: new Date(since).toISOString(), targets, runs, skips, findings, silences }, null, 2) + '\n');
+    process.stdout.write(jsonText({ store: paths.length === 1 ? paths[0] : paths, since: new Date(since).toISOString(), targets, runs, skips, findings, silences }, 2) + '\n');
   } else {
     process.stdout.write(reportText({ since, targets, runs, skips, findings, silences, now: Date.now() }) + '\n');
   }

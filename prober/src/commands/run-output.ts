@@ -7,6 +7,7 @@ import { EXIT, type ExitCode } from '../exit-codes.js';
 import { atLeast, FINDING_KINDS, type Finding, type Severity } from '../probe/findings.js';
 import { BEHAVIOURAL_SCENARIOS, combineOutcomes, outcomeWithoutFindings, type Outcome, type ProbeRun, type ScenarioResult } from '../probe/result.js';
 import { silenceOf, type Silence } from '../service/silences.js';
+import { oneLine } from '../terminal-text.js';
 
 /** Findings that gate: at or above `failOn` and not acknowledged by a silence. */
 function gating(s: ScenarioResult, failOn: Severity): Finding[] {
@@ -105,7 +106,8 @@ export function summaryTable(run: ProbeRun): string {
   for (const [kind, { n, acked }] of kinds) {
     const ackedN = [...acked.values()].reduce((a, b) => a + b, 0);
     lines.push(`finding ${kind} ×${n} [${FINDING_KINDS[kind].severity}]${ackedN > 0 ? ` (${ackedN} acknowledged)` : ''}`);
-    for (const [by, m] of acked) lines.push(`  ACKNOWLEDGED ×${m}: ${by}`);
+    // A silence's reason is the operator's text: one line, whatever an older store holds.
+    for (const [by, m] of acked) lines.push(`  ACKNOWLEDGED ×${m}: ${oneLine(by)}`);
     lines.push(`  what to do: ${FINDING_KINDS[kind].remediation}`);
   }
   for (const s of run.scenarios.filter((x) => x.outcome === 'not-applicable' || x.outcome === 'inconclusive')) {
@@ -117,28 +119,36 @@ export function summaryTable(run: ProbeRun): string {
 }
 
 /**
- * `run -q`: the verdict in one line. An inconclusive run says why (the reasons of its inconclusive
- * scenarios: unreachable, deadline, budget, power, or the first note), never a table of empty rows.
+ * `run -q`: the verdict in one line, the verdict the exit code gives (`--fail-on` and silences applied): a
+ * finding below `--fail-on` or acknowledged is counted after it, never as the verdict. An inconclusive run
+ * says why (the reasons of its inconclusive scenarios: unreachable, deadline, budget, power, or the first
+ * note), never a table of empty rows.
  */
-export function quietLine(run: ProbeRun): string {
+export function quietLine(run: ProbeRun, failOn: Severity = 'warning'): string {
+  const verdict = combineOutcomes(run.scenarios.map((s) => ({ name: s.name, outcome: gated(s, failOn) })));
   const acked = run.scenarios.reduce((n, s) => n + acknowledgedCount(s), 0);
-  const findings = run.scenarios.reduce((n, s) => n + s.findings.length, 0) - acked;
-  const ackedNote = acked > 0 ? `${acked} acknowledged finding(s)` : '';
-  const head = `kvcanary run ${run.baseUrl}: ${run.outcome.toUpperCase()}`;
-  if (run.outcome === 'fail') return `${head}: ${findings} finding(s)${acked > 0 ? `, ${ackedNote}` : ''}`;
-  if (run.outcome === 'partial') return `${head} (${partialWhy(run)})${acked > 0 ? `: ${ackedNote}` : ''}`;
-  if (run.outcome !== 'inconclusive') return acked > 0 ? `${head}: ${ackedNote}` : head;
+  const gatingN = run.scenarios.reduce((n, s) => n + gating(s, failOn).length, 0);
+  const below = run.scenarios.reduce((n, s) => n + s.findings.length, 0) - acked - gatingN;
+  const aside = [
+    ...(below > 0 ? [`${below} finding(s) below --fail-on ${failOn}`] : []),
+    ...(acked > 0 ? [`${acked} acknowledged finding(s)`] : []),
+  ].join(', ');
+  const head = `kvcanary run ${run.baseUrl}: ${verdict.toUpperCase()}`;
+  if (verdict === 'fail') return `${head}: ${gatingN} finding(s) at or above ${failOn}${aside === '' ? '' : `, ${aside}`}`;
+  if (verdict === 'partial') return `${head} (${partialWhy(run)})${aside === '' ? '' : `: ${aside}`}`;
+  if (verdict !== 'inconclusive') return aside === '' ? head : `${head}: ${aside}`;
   const open = run.scenarios.filter((s) => s.outcome === 'inconclusive');
   const reasons = [...new Set(open.map((s) => s.reason).filter((r) => r !== undefined))];
   const why = reasons.length > 0 ? reasons.join(', ') : (open[0]?.notes[0] ?? 'isolation not established');
   const note = reasons.length > 0 ? open.find((s) => s.reason === reasons[0])?.notes[0] : undefined;
-  return `${head} (${why})${note !== undefined && note !== why ? `: ${note.replace(/\s+/g, ' ').slice(0, 200)}` : ''}`;
+  return `${head} (${why})${note !== undefined && note !== why ? `: ${note.replace(/\s+/g, ' ').slice(0, 200)}` : ''}${aside === '' ? '' : `; ${aside}`}`;
 }
 
 function xml(s: string): string {
   // XML 1.0 forbids most control characters even as references: drop them, escape the rest.
   // eslint-disable-next-line no-control-regex
-  return s.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!);
+  // C1 controls and bidi overrides are legal XML but act on whoever views the report: dropped too.
+  return s.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffe\uffff]/g, '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!);
 }
 
 /**

@@ -3,6 +3,7 @@
  * holds exactly one JSON document. Exit 0 pass, 1 at least one finding (not acknowledged by a silence),
  * 2 inconclusive, 64 bad usage.
  */
+import { jsonText } from '../json-text.js';
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
@@ -12,19 +13,19 @@ import { runProbe } from '../probe/probe.js';
 import { createScanner } from '../probe/scanner.js';
 import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { parseBaseUrl } from '../probe/target/base-url.js';
-import { runStorePath } from '../installation/home.js';
+import { markerKeyPath, runStorePath } from '../installation/home.js';
 import { InstallationError } from '../installation/installation-error.js';
 import { createInstallationRegistry, persistPlantings } from '../installation/registry.js';
 import { applySilences } from '../service/silences.js';
 import { openStore } from '../service/store.js';
-import { runSilences } from './run-silences.js';
-import { writeFileSync } from 'node:fs';
+import { configTargetAt, endpointName, runSilences } from './run-silences.js';
+import { checkOutputFile, writeOutputFile, type OutputFileRules } from './output-file.js';
 import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from './run-output.js';
 import { RunCut } from '../probe/run-cut.js';
 import { forTerminal, oneLine } from '../terminal-text.js';
 import { UsageError, durationFlag, headerFlags, parseArgsMessage, positiveIntFlag } from './usage.js';
 import { DEFAULT_RUN_DEADLINE_MS, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS } from '../bounds.js';
-import { shownString } from '../shown-value.js';
+import { shownPath, shownString } from '../shown-value.js';
 
 export const RUN_USAGE = `usage: kvcanary run --target URL [options]
 
@@ -41,19 +42,25 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --timeout DURATION      per-request deadline (default 60s, at most 24h), e.g. 30s, 2m
   --deadline DURATION     the whole run's deadline (default 15m, at most 24h): when it passes, everything in
                           flight is aborted and the run ends inconclusive (reason "deadline") with what it had
-  --budget TOKENS         most prompt+completion tokens this run may spend (default 5000000)
+  --budget TOKENS         most tokens this run may send (default auto: what the selected scenarios are
+                          expected to send at the endpoint's advertised sizes, times 1.5; 5000000 when it
+                          advertises none)
   --planter-tokens N      prompt tokens per planter (default: sized from the KV pool)
   --rounds N              abort-race race windows (default 29; a pass needs 29)
+  --ballast-hold MODE     abort-race ballast: prompt (default: half prompt, half generation) or generation
+                          (a short prompt, a long generation: see docs/cost.md)
   --chat                  use /v1/chat/completions instead of /v1/completions
   --json                  print one JSON document on stdout
   --fail-on SEVERITY      exit 1 only for a finding at or above it: critical, high, warning (default), info;
                           every finding is still listed
-  --junit FILE            also write a JUnit XML report (a testcase per scenario) to FILE
+  --junit FILE            also write a JUnit XML report (a testcase per scenario) to FILE: a new file or an
+                          earlier XML report, checked before the run (never a link, the store or the key)
   --store FILE            where plantings and this run are recorded, so later runs attribute its markers
                           (default $KVCANARY_HOME/runs.sqlite, ~/.config/kvcanary/runs.sqlite; may be the
                           file \`serve\` writes); silences acknowledged in it (\`kvcanary ack --store FILE\`) apply
   --config FILE           apply the \`silences:\` of this serve config too (its api_key_env variables need not
-                          be set). The run is matched as target \`cli\`, and as any config target with this URL.
+                          be set). The run is named after the config target with this URL, else HOST:PORT of
+                          the URL (e.g. 10.0.0.5:8000); silences match it by that name.
                           A silenced finding is listed, marked acknowledged, and does not count for --fail-on
   -q, --quiet             no progress on stderr, and the verdict as one line (with its reason, e.g.
                           "INCONCLUSIVE (unreachable)") instead of the table
@@ -81,8 +88,15 @@ export async function runMain(args: string[]): Promise<number> {
   // Loaded before anything is sent: a bad config is a usage error, not a wasted run.
   const config: ServiceConfig | undefined = opts.config === undefined ? undefined
     : await loadConfig(opts.config, { knownScenarios: SCENARIO_NAMES, requireSecrets: false });
+  // Named by its endpoint: the config target at this URL, else HOST:PORT (run-silences.ts), so a silence or
+  // a stored run is about one endpoint.
+  const configName = configTargetAt(config, opts.target.baseUrl);
+  if (configName !== undefined) opts.target.name = configName;
   // The installation's key and store: markers planted by earlier runs decrypt and are attributed to them.
-  const store = openStore({ path: opts.store ?? runStorePath(), retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
+  const storePath = opts.store ?? runStorePath();
+  // A --junit path that cannot be written is found now, not after the whole run (the verdict would be lost).
+  if (opts.junit !== undefined) checkOutputFile(opts.junit, junitRules(storePath));
+  const store = openStore({ path: storePath, retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
   let registry;
   try {
     store.prune(Date.now());
@@ -115,6 +129,7 @@ export async function runMain(args: string[]): Promise<number> {
           chat: opts.chat,
           ...(opts.planterTokens !== undefined ? { planterTokens: opts.planterTokens } : {}),
           ...(opts.rounds !== undefined ? { abortRounds: opts.rounds } : {}),
+          ...(opts.ballastHold !== undefined ? { ballastHold: opts.ballastHold } : {}),
         },
       },
       { target: opts.target, scenarios: opts.scenarios, runId: `run-${randomUUID()}`, signal: controller.signal, tokenBudget: opts.budget },
@@ -124,13 +139,14 @@ export async function runMain(args: string[]): Promise<number> {
     const { silences, names } = runSilences({ ...(config === undefined ? {} : { config }), store, target: opts.target, now });
     const run = applySilences(probed, silences, now, names);
     store.recordRun(run);
-    process.stderr.write(forTerminal(opts.quiet ? quietLine(run) : summaryTable(run)) + '\n');
-    if (opts.json) process.stdout.write(JSON.stringify(toJson(run, silences), null, 2) + '\n');
+    process.stderr.write(forTerminal(opts.quiet ? quietLine(run, opts.failOn) : summaryTable(run)) + '\n');
+    if (opts.json) process.stdout.write(jsonText(toJson(run, silences), 2) + '\n');
     if (opts.junit !== undefined) {
       try {
-        writeFileSync(opts.junit, toJunit(run, opts.failOn));
+        writeOutputFile(opts.junit, toJunit(run, opts.failOn), junitRules(storePath));
       } catch (err) {
-        throw new UsageError(`--junit: cannot write ${opts.junit} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+        if (err instanceof UsageError) throw err;
+        throw new UsageError(`--junit: cannot write ${shownPath(opts.junit)} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
       }
     }
     return exitCodeFor(run, opts.failOn);
@@ -140,6 +156,19 @@ export async function runMain(args: string[]): Promise<number> {
     process.off('SIGTERM', stop);
     store.close();
   }
+}
+
+/**
+ * `--junit FILE`: a new file, or a JUnit report an earlier run wrote (an XML file) replaced; never the store,
+ * the marker key, a link, a FIFO or a device, and never anything else that exists (a typo must not eat a file).
+ */
+function junitRules(storePath: string): OutputFileRules {
+  return {
+    what: '--junit',
+    overwrite: (head) => head === '' || head.trimStart().startsWith('<?xml') || head.trimStart().startsWith('<testsuites'),
+    existsHint: 'exists and is not an XML report: refusing to overwrite it',
+    protect: [{ file: storePath, what: "kvcanary's evidence store" }, { file: markerKeyPath(), what: "the installation's marker key" }],
+  };
 }
 
 /** Plantings older than this are pruned from `run`'s store (the service's default retention). */
@@ -158,9 +187,10 @@ interface RunOptions {
   timeoutMs: number;
   /** The whole run ends after this: in-flight requests aborted, inconclusive with what it had. */
   deadlineMs: number;
-  budget: number;
+  budget: number | 'auto';
   planterTokens?: number;
   rounds?: number;
+  ballastHold?: 'prompt' | 'generation';
   chat: boolean;
   json: boolean;
   quiet: boolean;
@@ -191,6 +221,7 @@ export function parseRunArgs(args: string[]): RunOptions {
         budget: { type: 'string' },
         'planter-tokens': { type: 'string' },
         rounds: { type: 'string' },
+        'ballast-hold': { type: 'string' },
         chat: { type: 'boolean', default: false },
         json: { type: 'boolean', default: false },
         'fail-on': { type: 'string' },
@@ -233,7 +264,7 @@ export function parseRunArgs(args: string[]): RunOptions {
   if (v.store !== undefined && v.store.trim() === '') throw new UsageError('--store: expected a file path');
   if (v.config !== undefined && v.config.trim() === '') throw new UsageError('--config: expected a file path');
   const target: TargetConfig = {
-    name: 'cli',
+    name: endpointName(v.target),
     baseUrl: v.target,
     ...(v.model !== undefined ? { model: v.model } : {}),
     ...(apiKeyEnv !== undefined ? { apiKeyEnv } : {}),
@@ -249,9 +280,10 @@ export function parseRunArgs(args: string[]): RunOptions {
     scenarios,
     timeoutMs,
     deadlineMs,
-    budget: v.budget === undefined ? 5_000_000 : positiveIntFlag('--budget', v.budget),
+    budget: v.budget === undefined || v.budget === 'auto' ? 'auto' : positiveIntFlag('--budget', v.budget),
     ...(v['planter-tokens'] !== undefined ? { planterTokens: positiveIntFlag('--planter-tokens', v['planter-tokens']) } : {}),
     ...(v.rounds !== undefined ? { rounds: positiveIntFlag('--rounds', v.rounds) } : {}),
+    ...(v['ballast-hold'] !== undefined ? { ballastHold: ballastHoldFlag(v['ballast-hold']) } : {}),
     chat: v.chat,
     json: v.json,
     quiet: v.quiet,
@@ -308,4 +340,9 @@ function withSalts(tenants: TenantConfig[], flags: string[]): TenantConfig[] {
     else out.push({ name, cacheSalt: salt });
   }
   return out;
+}
+
+function ballastHoldFlag(value: string): 'prompt' | 'generation' {
+  if (value === 'prompt' || value === 'generation') return value;
+  throw new UsageError(`--ballast-hold: expected prompt or generation, got ${shownString(value)}`);
 }

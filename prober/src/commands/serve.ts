@@ -13,7 +13,7 @@ import { ConfigError, configSecrets, formatDuration, loadConfig, parseConfig, ty
 import { DEFAULT_SHUTDOWN_GRACE_MS } from '../bounds.js';
 import { RunCut } from '../probe/run-cut.js';
 import { linkSignals } from '../probe/linked-signal.js';
-import { oneLine } from '../terminal-text.js';
+import { forTerminal, oneLine } from '../terminal-text.js';
 import { createLogger } from '../service/logger.js';
 import { createProbe } from '../probe/probe.js';
 import type { ProbeRun } from '../probe/result.js';
@@ -32,7 +32,7 @@ import { useBaselineWasmCompiler } from '../service/wasm-compiler.js';
 
 const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT] [--shard INDEX/COUNT]
 
-  --config FILE       YAML config of targets, schedule, budgets (see README "Config reference");
+  --config FILE       YAML config of targets, schedule, budgets (README "Production use");
                       without it: the embedded demo against two bundled engines
   --listen HOST:PORT  where /metrics, /healthz and the status page are served
                       (default 127.0.0.1:9464; port 0 picks a free one)
@@ -184,7 +184,9 @@ export async function serveMain(args: string[]): Promise<number> {
           current = next;
           logger.info({ targets: next.targets.map((t) => t.name) }, 'config reloaded');
         },
-        (err) => logger.error({ err: err instanceof ConfigError ? err.message : String(err) }, 'config reload failed: keeping the old config'),
+        // The new file's problems: field paths and values are already described, not echoed (config.ts); the
+        // lines are kept free of control characters whatever else got in.
+        (err) => logger.error({ problems: forTerminal(err instanceof ConfigError ? err.message : String(err)).split('\n').slice(0, 50) }, 'config reload failed: keeping the old config'),
       );
     });
   });

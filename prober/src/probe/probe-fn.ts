@@ -13,8 +13,12 @@ export interface ProbeRequest {
   runId: string;
   /** Aborted when the run's timeout hits or the service shuts down: return promptly with what was found. */
   signal: AbortSignal;
-  /** Remaining token budget the probe may spend (the probe reports what it spent in tokens.sent/billed). */
-  tokenBudget: number;
+  /**
+   * Remaining token budget the probe may spend (the probe reports what it spent in tokens.sent/billed), or
+   * `auto`: what its scenarios are expected to send at the endpoint's advertised sizes, with headroom
+   * (scenarios/cost.ts runBudget), and AUTO_BUDGET_FALLBACK when no size is advertised.
+   */
+  tokenBudget: number | 'auto';
   /**
    * Beyond `tokenBudget`, what more the caller can grant now (the scheduler: what the target's hourly budget
    * has left over and above what the cycle's other scenarios are expected to need). A scenario is cut short
@@ -31,3 +35,6 @@ export interface BudgetReserve {
 }
 
 export type ProbeFn = (req: ProbeRequest) => Promise<ProbeRun>;
+
+/** `tokenBudget: 'auto'` when the endpoint advertises no size the scenarios' costs follow from. */
+export const AUTO_BUDGET_FALLBACK = 5_000_000;

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import type { ProbeTarget } from './probe-target.js';
 import type { MarkerEntry, MarkerRegistry } from './marker-registry.js';
-import type { BudgetReserve, ProbeFn, ProbeRequest } from './probe-fn.js';
+import { AUTO_BUDGET_FALLBACK, type BudgetReserve, type ProbeFn, type ProbeRequest } from './probe-fn.js';
 import { combineOutcomes, type ProbeRun, type ScenarioResult } from './result.js';
 import type { Scanner } from './scanner.js';
 import type { ProbeTuning, ScenarioContext, Tenant, TokenBudget } from './scenarios/context.js';
@@ -19,6 +19,7 @@ import { DEAD_AFTER_FAILURES, MAX_PROBE_RESPONSE_BYTES } from '../bounds.js';
 import { createRedactor, targetSecrets } from './redactor.js';
 import { cutOf, cutSkipped, markCut, RunCut } from './run-cut.js';
 import { createLiveness, WatchedTargetClient, type Liveness } from './target/watched-client.js';
+import { runBudget } from './scenarios/cost.js';
 
 export interface ProbeDeps {
   registry: MarkerRegistry;
@@ -52,6 +53,9 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
   // whole finished run.
   const fileKeys = [target.apiKeyFile, ...target.tenants.map((t) => t.apiKeyFile)].flatMap((f) => (f === undefined ? [] : [readKeyFile(f) ?? '']));
   const redactor = createRedactor([...targetSecrets(target, env), ...fileKeys.filter((k) => k !== '')]);
+  // A configured key file that is gone or emptied (a Secret being rotated, a mount lost) must not turn into
+  // requests without a key: nothing is sent and the run says why.
+  if (fileKeys.includes('')) return noKeyRun(req, target.name, target.baseUrl, startedAt, clock);
   const progress = deps.progress === undefined ? () => {} : (m: string) => deps.progress!(redactor.text(m));
   // One cycle signal, listened to by every request in flight (dozens at once): lift the listener warning.
   const cycle = new AbortController();
@@ -87,8 +91,9 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         introspection,
         registry: deps.registry,
         scanner: deps.scanner,
+        secrets: redactor.secrets,
         signal: cycle.signal,
-        budget: tokenBudget(req.tokenBudget, req.moreBudget),
+        budget: tokenBudget(req.tokenBudget === 'auto' ? runBudget(req.scenarios, introspection, tuning, AUTO_BUDGET_FALLBACK) : req.tokenBudget, req.moreBudget),
         tuning,
         calibration: { tried: false },
         prefixReuse: {},
@@ -132,6 +137,8 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         ...(introspection.contextTokens !== undefined ? { contextTokens: introspection.contextTokens } : {}),
         ...(introspection.poolTokens !== undefined ? { poolTokens: introspection.poolTokens } : {}),
         ...(introspection.pageSize !== undefined ? { pageSize: introspection.pageSize } : {}),
+        ...(introspection.reservationPoolTokens !== undefined ? { reservationPoolTokens: introspection.reservationPoolTokens } : {}),
+        ...(introspection.largestPoolTokens !== undefined ? { largestPoolTokens: introspection.largestPoolTokens } : {}),
       },
       up: introspection.reachable,
     } satisfies ProbeRun);
@@ -140,6 +147,12 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
     req.signal.removeEventListener('abort', forward);
     await Promise.all(tenants.map((t) => t.client.close()));
   }
+}
+
+function noKeyRun(req: ProbeRequest, name: string, baseUrl: string, startedAt: string, clock: () => Date): ProbeRun {
+  const why = 'api_key_file: a configured key file is missing, unreadable or empty: nothing was sent (never a request without its key)';
+  const scenarios = req.scenarios.map((s) => skipped(s, why));
+  return { runId: req.runId, target: name, baseUrl, model: '', startedAt, finishedAt: clock().toISOString(), outcome: combineOutcomes(scenarios), scenarios, capacity: {}, up: false };
 }
 
 function readKeyFileNow(file: string): string | undefined {

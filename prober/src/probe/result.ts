@@ -27,14 +27,19 @@ export const RUN_OUTCOMES: readonly RunOutcome[] = [...OUTCOMES, 'partial'];
 export const BEHAVIOURAL_SCENARIOS: readonly string[] = ['overlimit-handoff', 'abort-race', 'concurrent-interleave'];
 
 /**
- * What a race scenario's pass is worth: `trials` independent race windows were exercised, so a fault that
- * shows in at least a fraction `detectableRate` of such windows would have been caught with probability
- * `confidence` = 1 - (1 - detectableRate)^trials.
+ * What a race scenario's pass is worth: `trials` race windows that can show a race, correlated ones counted
+ * once, and a statement that a race fault of rate at least `detectableRate` is caught with probability
+ * `confidence`. `basis` says where the confidence comes from: `measured` — per-run recall on the bundled
+ * engine with its race faults firing on a fraction `detectableRate` of their eligible events, the Wilson 95%
+ * lower bound (bench/race-calibration.json; scenarios/race-power.ts); `scaled` — that measurement scaled
+ * down for a run cut short of the measured workload; `model` (or absent, in older records) — a fault that
+ * shows in at least a fraction `detectableRate` of `trials` windows assumed independent, 1 - (1 - r)^trials.
  */
 export interface Power {
   trials: number;
   detectableRate: number;
   confidence: number;
+  basis?: 'measured' | 'scaled' | 'model';
 }
 
 /** Why a scenario did not conclude, where it was not the endpoint's doing. */
@@ -89,10 +94,24 @@ export interface ScenarioResult {
   withoutFindings?: Exclude<Outcome, 'fail'>;
 }
 
+/** One line a person reads: what the power statement says, by its basis. */
+export function describePower(p: Power): string {
+  const pct = `${Math.round(p.detectableRate * 100)}%`;
+  const c = p.confidence.toFixed(3);
+  switch (p.basis) {
+    case 'measured':
+      return `power (measured): ${p.trials} independent race windows; a race fault firing on ≥${pct} of its eligible events was caught in ≥${c} of runs (Wilson 95% lower bound, bench/race-calibration.json)`;
+    case 'scaled':
+      return `power (scaled, short of the measured workload): ${p.trials} independent race windows; a race fault firing on ≥${pct} of its eligible events caught with probability ${c}`;
+    default:
+      return `power (model, windows assumed independent): ${p.trials} race windows, a fault showing in ≥${pct} of them caught with probability ${c}`;
+  }
+}
+
 /** c = 1 - (1 - r)^N. */
 export function powerOf(trials: number, detectableRate: number): Power {
   const confidence = trials <= 0 ? 0 : 1 - Math.pow(1 - detectableRate, trials);
-  return { trials, detectableRate, confidence: Math.round(confidence * 10_000) / 10_000 };
+  return { trials, detectableRate, confidence: Math.round(confidence * 10_000) / 10_000, basis: 'model' };
 }
 
 /** The fewest independent windows for `detectableRate` to be caught with probability `confidence`. */
@@ -137,7 +156,11 @@ export interface ProbeRun {
   outcome: RunOutcome;
   scenarios: ScenarioResult[];
   /** What introspection learnt about the target (absent fields: not exposed). */
-  capacity: { contextTokens?: number; poolTokens?: number; pageSize?: number };
+  capacity: {
+    contextTokens?: number; poolTokens?: number; pageSize?: number;
+    /** The pool where requests reserve their pages (decode's when disaggregated), and the largest pool exposed. */
+    reservationPoolTokens?: number; largestPoolTokens?: number;
+  };
   /** Was the endpoint reachable at all this cycle. */
   up: boolean;
 }

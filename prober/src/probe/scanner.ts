@@ -49,6 +49,7 @@
 import { BASE32_VALUE, MARKER_BODY_LENGTH, MARKER_PREFIX } from './markers.js';
 import { FILTER_HI_MULTIPLIER, FILTER_MULTIPLIER, HASH_MULTIPLIER, UNKNOWN_OWNER, type MarkerEntry, type MarkerOwner, type MarkerRegistry, type WindowIndex } from './marker-registry.js';
 import { byCodeUnits } from '../locale-free.js';
+import { REDACTED, secretMask } from './redact.js';
 
 /** The request whose response is scanned. */
 export interface ReaderIdentity {
@@ -60,6 +61,11 @@ export interface ReaderIdentity {
    * repeat across runs). Otherwise request ids are taken to be unique across runs.
    */
   runId?: string;
+  /**
+   * Credentials of the request (its key, secret header values): scrubbed from the text around a match before
+   * its excerpt is cut, so no piece of one survives at an excerpt's edge (redact.ts).
+   */
+  secrets?: readonly string[];
 }
 
 export interface MarkerMatch {
@@ -610,8 +616,22 @@ class Session implements ScanSession {
       foreign: !p.self,
       plantedBy: this.reader.runId === undefined || p.entry.runId === UNKNOWN_OWNER ? 'unknown' : p.entry.runId === this.reader.runId ? 'this-run' : 'earlier-run',
       decrypted: p.decrypted,
-      excerpt: redactedExcerpt(region, p.start - regionFrom, end - regionFrom, this.context, this.frag),
+      excerpt: this.excerptOf(region, p.start - regionFrom, end - regionFrom),
     };
+  }
+
+  /**
+   * The excerpt, with the request's secrets scrubbed over the whole region (which reaches FRAG = 12
+   * characters, the redactor's piece length, past each edge) before it is cut: a key piece cut by the edge
+   * is still recognised whole. Scrubbed characters are held by NUL while cutting, then become one mark.
+   */
+  private excerptOf(region: string, ms: number, me: number): string {
+    const secrets = this.reader.secrets;
+    const mask = secrets === undefined || secrets.length === 0 ? undefined : secretMask(region, secrets);
+    if (mask === undefined) return redactedExcerpt(region, ms, me, this.context, this.frag);
+    let held = '';
+    for (let i = 0; i < region.length; i++) held += mask[i] === 1 && (i < ms || i >= me) ? '\u0000' : region[i]!;
+    return redactedExcerpt(held, ms, me, this.context, this.frag).replace(/\u0000+/g, REDACTED);
   }
 
   /** Text between absolute offsets, from the kept tail and the current chunk. */

@@ -22,7 +22,7 @@
  *       overlimit-handoff: 1h       # a key given here overrides its default (a target's, the top level's).
  *       prefix-churn: every_cycle   # `every_cycle` drops one scenario's tier; `scenarios: every_cycle` drops them all
  *   budget:
- *     tokens_per_hour: 2000000      # per target, over a sliding hour; a cycle that cannot fit is skipped and counted
+ *     tokens_per_hour: auto         # per target, over a sliding hour (auto: from the tiers and the endpoint's sizes)
  *   concurrency:
  *     global: 4                     # scenario runs in flight across all targets
  *     per_target: 2                 # scenario runs of one cycle in flight at once against one target
@@ -46,6 +46,7 @@
  *     plant_tokens: 1048576         # planted tokens per overlimit-handoff cycle / churned per prefix-churn round
  *     abort_rounds: 29              # abort-race race windows per cycle (a pass needs 29)
  *     abort_ballast: true           # abort-race fills the exposed pool with ballast so freed pages are reused at once
+ *     ballast_hold: prompt          # prompt: half prompt, half generation; generation: a short prompt, a long generation
  *     reader_max_tokens: 48         # generated tokens asked of readers and planters
  *     sweep: [0.5, 0.75, 0.95]      # prompt sizes (fractions of the context limit) when the pool is hidden
  *     chat: false                   # use /v1/chat/completions instead of /v1/completions
@@ -65,17 +66,18 @@
  * durations are at most 7d (interval at least 1s; timeout at most 24h, the client's request limit); retention
  * at least 1m. A config file is at most 1 MiB and names at most 1000 targets.
  */
-import { readFile, stat } from 'node:fs/promises';
+import { open } from 'node:fs/promises';
 import path from 'node:path';
 import { parseDocument } from 'yaml';
 import type { ProbeTuning } from '../probe/scenarios/context.js';
 import type { ProbeTarget, ProbeTenant } from '../probe/probe-target.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS, MAX_CONFIG_BYTES, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS, MAX_SHUTDOWN_GRACE_MS, MAX_TARGETS } from '../bounds.js';
-import { describeValue } from '../shown-value.js';
+import { describeValue, shownKey, shownPath, shownString } from '../shown-value.js';
 import { targetSecrets } from '../probe/redactor.js';
 import { parseDiscover, type DiscoverSpec } from './discovery/spec.js';
 import { DEFAULT_SCENARIO_INTERVALS, EVERY_CYCLE } from './scenario-schedule.js';
 import { parseSilence, type Silence } from './silences.js';
+import { parseExternalUrl } from './external-url.js';
 import type { KeyFiles } from './key-files.js';
 import { accessSync, constants as fsConstants, statSync } from 'node:fs';
 
@@ -94,8 +96,19 @@ export interface ScheduleConfig {
 }
 
 export interface BudgetConfig {
+  /**
+   * Tokens sent per sliding hour. With `derived` (the default, `tokens_per_hour: auto`) this is a placeholder
+   * (unlimited) until the endpoint's advertised sizes are known; serve then sets the target's limit from its
+   * tiers and those sizes (scenario-cost.ts derivedBudget).
+   */
   tokensPerHour: number;
+  derived?: boolean;
 }
+
+/** `budget.tokens_per_hour: auto` (the default): sized by serve from the tiers and the endpoint's advertised sizes. */
+/** Until the sizes are known: no limit in practice, yet small enough that shares of it stay exact integers. */
+export const UNSIZED_TOKENS_PER_HOUR = 1_000_000_000_000;
+export const DERIVED_BUDGET: Readonly<BudgetConfig> = { tokensPerHour: UNSIZED_TOKENS_PER_HOUR, derived: true };
 
 /** A tenant as the config gives it: the probe's ProbeTenant (probe/probe-target.ts). */
 export type TenantConfig = ProbeTenant;
@@ -129,6 +142,8 @@ export interface ServiceConfig {
   discovery?: DiscoveryEntry[];
   /** `silences:`: acknowledged findings (silences.ts); `kvcanary ack` adds more in the store. */
   silences?: Silence[];
+  /** `external_url:` the status page as on-call reaches it, `{shard}` for the shard index (external-url.ts). */
+  externalUrl?: string;
 }
 
 /** A `discover:` entry: `template` (baseUrl '') is what every discovered target of it inherits. */
@@ -166,7 +181,8 @@ export class ConfigError extends Error {
 export interface ParseConfigOptions {
   /** Environment used to check that api_key_env variables are set. @default process.env */
   env?: Record<string, string | undefined>;
-  /** Check that every api_key_env variable is set (serve, run). check-config and report only need it named. @default true */
+  /** Check that every api_key_env variable is set and every api_key_file readable (serve). check-config, report, ack
+   *  and run's --config (silences only) need them only named. @default true */
   requireSecrets?: boolean;
   /** Scenario names the prober knows; anything else is rejected. */
   knownScenarios: readonly string[];
@@ -186,7 +202,6 @@ export const DEFAULTS = {
   interval: '5m',
   timeout: '2m',
   jitter: '30s',
-  tokensPerHour: 2_000_000,
   concurrencyGlobal: 4,
   concurrencyPerTarget: 2,
 } as const;
@@ -227,15 +242,11 @@ export function formatDuration(ms: number): string {
 export async function loadConfig(file: string, opts: ParseConfigOptions): Promise<ServiceConfig> {
   let text: string;
   try {
-    // A huge file is refused before it is read (parsing 10 MB of YAML takes seconds and a gigabyte).
-    const size = (await stat(file)).size;
-    if (size > MAX_CONFIG_BYTES) {
-      throw new ConfigError('KVC_CONFIG_INVALID', [{ path: '', message: `the config is ${size} bytes: at most ${MAX_CONFIG_BYTES} are accepted` }], { file });
-    }
-    text = await readFile(file, 'utf8');
+    text = await readConfigText(file);
   } catch (err) {
     if (err instanceof ConfigError) throw err;
-    const reason = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'file not found' : `cannot read: ${(err as Error).message}`;
+    const code = (err as NodeJS.ErrnoException).code;
+    const reason = code === 'ENOENT' ? 'file not found' : `cannot read (${code ?? 'error'})`;
     throw new ConfigError('KVC_CONFIG_UNREADABLE', [{ path: '', message: reason }], { file, cause: err });
   }
   try {
@@ -243,6 +254,34 @@ export async function loadConfig(file: string, opts: ParseConfigOptions): Promis
   } catch (err) {
     if (err instanceof ConfigError) throw new ConfigError(err.code, err.issues, { file });
     throw err;
+  }
+}
+
+/**
+ * The config file's text: a regular file only (a FIFO would hang the read, /dev/zero never end it), opened
+ * without blocking, and read up to the size cap whatever its size said (a file may grow while it is read).
+ */
+async function readConfigText(file: string): Promise<string> {
+  const fh = await open(file, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) {
+      throw new ConfigError('KVC_CONFIG_UNREADABLE', [{ path: '', message: `not a regular file (${st.isFIFO() ? 'a FIFO' : st.isDirectory() ? 'a folder' : st.isCharacterDevice() || st.isBlockDevice() ? 'a device' : 'a special file'}): give the config file itself` }], { file });
+    }
+    // A huge file is refused before it is parsed (parsing 10 MB of YAML takes seconds and a gigabyte).
+    const tooBig = (size: number): ConfigError => new ConfigError('KVC_CONFIG_INVALID', [{ path: '', message: `the config is ${size} bytes: at most ${MAX_CONFIG_BYTES} are accepted` }], { file });
+    if (st.size > MAX_CONFIG_BYTES) throw tooBig(st.size);
+    const buf = Buffer.alloc(MAX_CONFIG_BYTES + 1);
+    let n = 0;
+    while (n < buf.length) {
+      const { bytesRead } = await fh.read(buf, n, buf.length - n, n);
+      if (bytesRead === 0) break;
+      n += bytesRead;
+    }
+    if (n > MAX_CONFIG_BYTES) throw tooBig(n);
+    return buf.subarray(0, n).toString('utf8');
+  } finally {
+    await fh.close();
   }
 }
 
@@ -319,8 +358,10 @@ function didYouMean(key: string, allowed: readonly string[]): string {
   return best !== undefined && bestD <= Math.max(2, Math.floor(key.length / 3)) ? ` (did you mean \`${best}\`?)` : '';
 }
 
+// A field path names the key as the file spells it, unless that key is no plain name (a header or tenant name
+// holding ESC, a line break, or a pasted key): then it is described (shown-value.ts), never printed raw.
 const join = (base: string, key: string | number): string =>
-  typeof key === 'number' ? `${base}[${key}]` : base === '' ? key : `${base}.${key}`;
+  typeof key === 'number' ? `${base}[${key}]` : base === '' ? shownKey(key) : `${base}.${shownKey(key)}`;
 
 interface TargetDefaults {
   schedule?: ScheduleConfig;
@@ -329,7 +370,7 @@ interface TargetDefaults {
   tuning?: ProbeTuning;
 }
 
-type TuningKind = { int: number } | 'bool' | 'fraction' | 'fractions' | 'ints';
+type TuningKind = { int: number } | { oneOf: readonly string[] } | 'bool' | 'fraction' | 'fractions' | 'ints';
 
 /** The `probe:` keys, the ProbeTuning field each sets, and what it takes. */
 const TUNING_KEYS: Readonly<Record<string, { field: keyof ProbeTuning; kind: TuningKind }>> = {
@@ -337,6 +378,7 @@ const TUNING_KEYS: Readonly<Record<string, { field: keyof ProbeTuning; kind: Tun
   plant_tokens: { field: 'plantTokens', kind: { int: 1 } },
   abort_rounds: { field: 'abortRounds', kind: { int: 1 } },
   abort_ballast: { field: 'abortBallast', kind: 'bool' },
+  ballast_hold: { field: 'ballastHold', kind: { oneOf: ['prompt', 'generation'] } },
   reader_max_tokens: { field: 'readerMaxTokens', kind: { int: 1 } },
   sweep: { field: 'sweep', kind: 'fractions' },
   chat: { field: 'chat', kind: 'bool' },
@@ -404,17 +446,25 @@ class Validator {
     return value;
   }
 
-  /** A key file: must exist and be readable now (its content is never echoed). */
+  /**
+   * A key file: its content is never echoed, nor its path when the path could be a key. serve and run need it
+   * readable now, a regular file, not writable by group or others (whoever can write it chooses the key sent);
+   * check-config, report and ack (requireSecrets: false) only need it named, as with api_key_env.
+   */
   private keyFile(value: unknown, p: string): string | undefined {
-    const s = this.string(value, p, 'the path of a file holding the API key');
-    if (s === undefined) return undefined;
-    const file = path.resolve(this.opts.baseDir ?? process.cwd(), s);
+    if (typeof value !== 'string' || value === '') return this.fail(p, `expected the path of a file holding the API key, got ${describe(value)}`);
+    const file = path.resolve(this.opts.baseDir ?? process.cwd(), value);
+    if (/[\u0000-\u001f\u007f-\u009f]/.test(value)) return this.fail(p, 'expected a file path without control characters');
+    if (this.opts.requireSecrets === false) return file;
+    const shown = shownPath(file);
     try {
       accessSync(file, fsConstants.R_OK);
-      if (!statSync(file).isFile()) return this.fail(p, `${file} is not a file`);
-      if (statSync(file).size === 0) return this.fail(p, `${file} is empty`);
+      const st = statSync(file);
+      if (!st.isFile()) return this.fail(p, `${shown} is not a regular file`);
+      if (st.size === 0) return this.fail(p, `${shown} is empty`);
+      if ((st.mode & 0o022) !== 0) return this.fail(p, `${shown} is writable by ${(st.mode & 0o002) !== 0 ? 'anyone' : 'its group'} (mode ${(st.mode & 0o777).toString(8)}): chmod go-w it (0600 or 0640 as a Secret mounts it)`);
     } catch (err) {
-      return this.fail(p, `cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      return this.fail(p, `cannot read ${shown} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
     }
     return file;
   }
@@ -427,7 +477,7 @@ class Validator {
       const ip = join(p, i);
       if (typeof s !== 'string') { this.fail(ip, `expected a scenario name, got ${describe(s)}`); return; }
       if (!this.known.has(s)) {
-        this.fail(ip, `unknown scenario ${JSON.stringify(s)}${didYouMean(s, [...this.known])}; known: ${[...this.known].join(', ')}`);
+        this.fail(ip, `unknown scenario ${shownString(s)}${didYouMean(s, [...this.known])}; known: ${[...this.known].join(', ')}`);
         return;
       }
       if (seen.has(s)) { this.fail(ip, `scenario ${JSON.stringify(s)} listed twice`); return; }
@@ -510,6 +560,8 @@ class Validator {
     const o = this.object(value, p, ['tokens_per_hour']);
     if (o === undefined) return undefined;
     if (o.tokens_per_hour === undefined) return this.fail(join(p, 'tokens_per_hour'), 'required');
+    if (o.tokens_per_hour === 'auto') return { ...DERIVED_BUDGET };
+    if (typeof o.tokens_per_hour !== 'number') return this.fail(join(p, 'tokens_per_hour'), `expected auto or an integer >= 1, got ${describe(o.tokens_per_hour)}`);
     const n = this.int(o.tokens_per_hour, join(p, 'tokens_per_hour'), 1);
     return n === undefined ? undefined : { tokensPerHour: n };
   }
@@ -526,7 +578,10 @@ class Validator {
       const kp = join(p, key);
       const kind = spec.kind;
       const fraction = (x: unknown): x is number => typeof x === 'number' && x > 0 && x < 1;
-      if (typeof kind === 'object') {
+      if (typeof kind === 'object' && 'oneOf' in kind) {
+        if (typeof raw === 'string' && kind.oneOf.includes(raw)) out[spec.field] = raw;
+        else this.fail(kp, `expected one of ${kind.oneOf.join(', ')}, got ${describe(raw)}`);
+      } else if (typeof kind === 'object') {
         const n = this.int(raw, kp, kind.int);
         if (n !== undefined) out[spec.field] = n;
       } else if (kind === 'bool') {
@@ -556,7 +611,7 @@ class Validator {
     for (const [k, v] of Object.entries(value as Obj)) {
       const hp = join(p, k);
       const lower = k.toLowerCase();
-      if (!HEADER_NAME_RE.test(k)) { this.fail(hp, 'expected a valid HTTP header name'); continue; }
+      if (!HEADER_NAME_RE.test(k) || k.length > 256) { this.fail(hp, 'expected a valid HTTP header name (a token of at most 256 characters)'); continue; }
       if (RESERVED_HEADERS.has(lower)) {
         this.fail(hp, lower === 'authorization'
           ? 'Authorization is set from api_key_env: put the key in an environment variable and name it there'
@@ -664,7 +719,7 @@ class Validator {
 
   root(raw: unknown): ServiceConfig | undefined {
     if (raw === null || raw === undefined) return this.fail('', 'the config is empty: expected a mapping with at least `targets`');
-    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets', 'allowed_hosts', 'shutdown_grace', 'silences']);
+    const o = this.object(raw, '', ['listen', 'store', 'log', 'schedule', 'budget', 'concurrency', 'scenarios', 'probe', 'targets', 'allowed_hosts', 'shutdown_grace', 'silences', 'external_url']);
     if (o === undefined) return undefined;
 
     const listen = this.listen(o.listen ?? DEFAULTS.listen, 'listen');
@@ -688,7 +743,7 @@ class Validator {
     }
 
     const schedule = this.schedule(o.schedule ?? {}, 'schedule', undefined);
-    const budget = o.budget === undefined ? { tokensPerHour: DEFAULTS.tokensPerHour } : this.budget(o.budget, 'budget');
+    const budget = o.budget === undefined ? { ...DERIVED_BUDGET } : this.budget(o.budget, 'budget');
 
     let concurrency: ServiceConfig['concurrency'] | undefined;
     const co = o.concurrency === undefined ? {} : this.object(o.concurrency, 'concurrency', ['global', 'per_target']);
@@ -723,7 +778,7 @@ class Validator {
         if (typeof n !== 'string') return;
         const first = firstByName.get(n);
         if (first === undefined) firstByName.set(n, i);
-        else this.fail(`targets[${i}].name`, `duplicate target name ${JSON.stringify(n)} (first used by targets[${first}])`);
+        else this.fail(`targets[${i}].name`, `duplicate target name ${shownString(n)} (first used by targets[${first}])`);
       });
       if (list.every((t): t is TargetConfig & { discover?: DiscoverSpec } => t !== undefined)) {
         targets = [];
@@ -757,10 +812,15 @@ class Validator {
     return config;
   }
 
-  /** `allowed_hosts:` and `shutdown_grace:`. */
-  private serviceExtras(o: Obj): Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs'> | undefined {
+  /** `allowed_hosts:`, `shutdown_grace:` and `external_url:`. */
+  private serviceExtras(o: Obj): Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs' | 'externalUrl'> | undefined {
     const before = this.issues.length;
-    const out: Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs'> = {};
+    const out: Pick<ServiceConfig, 'allowedHosts' | 'shutdownGraceMs' | 'externalUrl'> = {};
+    if (o.external_url !== undefined) {
+      const r = parseExternalUrl(o.external_url);
+      if ('error' in r) this.fail('external_url', r.error);
+      else out.externalUrl = r.url;
+    }
     if (o.allowed_hosts !== undefined) {
       const hosts = o.allowed_hosts;
       if (!Array.isArray(hosts) || hosts.length > 64 || !hosts.every((h) => typeof h === 'string' && /^[A-Za-z0-9.-]{1,253}$/.test(h))) {

@@ -230,6 +230,8 @@ function assembleRun(target: TargetConfig, runId: string, startedAt: number, fin
     capacity.contextTokens ??= r.capacity.contextTokens;
     capacity.poolTokens ??= r.capacity.poolTokens;
     capacity.pageSize ??= r.capacity.pageSize;
+    capacity.reservationPoolTokens ??= r.capacity.reservationPoolTokens;
+    capacity.largestPoolTokens ??= r.capacity.largestPoolTokens;
   }
   for (const k of Object.keys(capacity) as (keyof typeof capacity)[]) if (capacity[k] === undefined) delete capacity[k];
   return {

@@ -2,8 +2,9 @@
  * Fleet metrics: which shard this replica is, when it last finished a cycle, what discovery found and how
  * often it failed, and one info series per probed target carrying the labels discovery gave it.
  *
- * Discovered labels live only on `kvcanary_target_info{target, source, shard, ...labels}` (value 1), never on
- * the probe series: join them in PromQL (`* on (target) group_left(zone) kvcanary_target_info`). The info
+ * Discovered labels live on `kvcanary_target_info{target, source, shard, status_page, ...labels}` (value 1), not
+ * on the probe series: join them in PromQL (`* on (target) group_left(zone) kvcanary_target_info`). The one
+ * exception is kvcanary_open_findings (open-findings.ts), the series the finding alerts fire on. The info
  * metric's label names follow what sources report; when the set of names changes it is re-registered.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -12,6 +13,8 @@ export interface InfoRow {
   target: string;
   source: string;
   labels: Record<string, string>;
+  /** The target's section on its shard's status page (external_url), the `status_page` label. */
+  statusPage?: string;
 }
 
 export interface FleetMetrics {
@@ -25,7 +28,7 @@ export interface FleetMetrics {
   setTargetInfo(shard: string, rows: readonly InfoRow[]): void;
 }
 
-const RESERVED = new Set(['target', 'source', 'shard', 'job', 'instance']);
+const RESERVED = new Set(['target', 'source', 'shard', 'status_page', 'job', 'instance']);
 const MAX_INFO_LABELS = 32;
 
 export function createFleetMetrics(registry: Registry): FleetMetrics {
@@ -41,15 +44,15 @@ export function createFleetMetrics(registry: Registry): FleetMetrics {
     discoveredTargets: new Gauge({ name: 'kvcanary_discovered_targets', help: 'Addresses a discovery source currently lists (before sharding).', labelNames: ['source'], registers }),
     setTargetInfo(shard, rows) {
       const extra = [...new Set(rows.flatMap((r) => Object.keys(r.labels)))].filter((k) => !RESERVED.has(k)).sort().slice(0, MAX_INFO_LABELS);
-      const names = ['target', 'source', 'shard', ...extra];
+      const names = ['target', 'source', 'shard', 'status_page', ...extra];
       if (info === undefined || infoNames !== names.join(',')) {
         if (info !== undefined) registry.removeSingleMetric('kvcanary_target_info');
-        info = new Gauge({ name: 'kvcanary_target_info', help: 'Always 1 per probed target: its discovery source, shard and the labels discovery gave it.', labelNames: names, registers });
+        info = new Gauge({ name: 'kvcanary_target_info', help: 'Always 1 per probed target: its discovery source, shard, status page (external_url) and the labels discovery gave it.', labelNames: names, registers });
         infoNames = names.join(',');
       }
       info.reset();
       for (const r of rows) {
-        const labels: Record<string, string> = { target: r.target, source: r.source, shard };
+        const labels: Record<string, string> = { target: r.target, source: r.source, shard, ...(r.statusPage === undefined ? {} : { status_page: r.statusPage }) };
         for (const k of extra) labels[k] = r.labels[k] ?? '';
         info.set(labels, 1);
       }

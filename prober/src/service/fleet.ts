@@ -44,8 +44,13 @@ export interface Fleet {
   refreshAll(): Promise<void>;
   /** A cycle finished (the shard-stalled alert watches this). */
   noteCycle(at: number): void;
-  /** Updates the shard gauges and the target info metric for the targets now probed. */
-  observe(targets: readonly TargetConfig[]): void;
+  /**
+   * Updates the shard gauges and the target info metric for the targets now probed; `statusPage` gives each
+   * target's page URL (external_url) for its `status_page` label.
+   */
+  observe(targets: readonly TargetConfig[], statusPage?: (target: string) => string | undefined): void;
+  /** Each probed target's discovery source and labels (a configured target: its own name, no labels). */
+  placements(targets: readonly TargetConfig[]): Map<string, { source: string; labels: Record<string, string> }>;
   apiTargets(targets: readonly TargetConfig[], loops: readonly LoopState[]): FleetTarget[];
   status(targets: readonly TargetConfig[]): FleetStatus;
   stop(): void;
@@ -106,11 +111,17 @@ export function createFleet(opts: FleetOptions): Fleet {
     noteCycle(at) {
       metrics.shardLastCycle.set({ shard: label }, at / 1000);
     },
-    observe(targets) {
+    observe(targets, statusPage) {
       metrics.shardTargets.set({ shard: label }, targets.length);
       metrics.shardLongestInterval.set({ shard: label }, Math.max(0, ...targets.map((t) => t.schedule.intervalMs)) / 1000);
       for (const s of discovery.status()) metrics.discoveredTargets.set({ source: s.source }, s.addresses);
-      metrics.setTargetInfo(label, targets.map((t) => ({ target: t.name, source: sourceOf.get(t.name)?.source ?? t.name, labels: sourceOf.get(t.name)?.labels ?? {} })));
+      metrics.setTargetInfo(label, targets.map((t) => ({
+        target: t.name, source: sourceOf.get(t.name)?.source ?? t.name, labels: sourceOf.get(t.name)?.labels ?? {},
+        ...(statusPage?.(t.name) === undefined ? {} : { statusPage: statusPage(t.name)! }),
+      })));
+    },
+    placements(targets) {
+      return new Map(targets.map((t) => [t.name, { source: sourceOf.get(t.name)?.source ?? t.name, labels: sourceOf.get(t.name)?.labels ?? {} }]));
     },
     apiTargets(targets, loops) {
       const byName = new Map(loops.map((l) => [l.target, l]));

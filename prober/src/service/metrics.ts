@@ -10,8 +10,9 @@
  * run, cycle, skip and token counters (so increase() and rate() see a target's first run, skip or spend),
  * the outcome state sets and the inconclusive streak (so the outcome panel shows "no run yet"). Findings
  * and histograms are created by their first observation: every consumer of kvcanary_findings_total
- * (dashboards/alerts.yaml's kvcanary:findings:increase15m and the dashboard's finding panels) counts a
- * series born inside its window with its whole value, and a histogram of zeros has no quantile to show.
+ * (the recording rule kvcanary:findings:increase15m and the dashboard's finding panels) counts a series
+ * born inside its window with its whole value, and a histogram of zeros has no quantile to show. The
+ * finding alerts read kvcanary_open_findings instead (open-findings.ts), which an ack closes at once.
  * Pre-creating everything took 24 KiB of heap per target with two scenarios and 91 KiB with all eight
  * (now 5.6 and 18; README "Sizing"), most of it prom-client's histogram buckets: the histograms here are
  * CompactHistogram for that reason.
@@ -24,6 +25,8 @@ import { FINDING_KINDS, type Finding, type FindingKind } from '../probe/findings
 import { CompactHistogram } from './compact-histogram.js';
 import { OUTCOMES, RUN_OUTCOMES, type Outcome, type ProbeRun, type TransportClass } from '../probe/result.js';
 import { TARGET_STANDINGS, type TargetStanding } from './target-verdict.js';
+import { createOpenFindings, type OpenFindings } from './open-findings.js';
+import type { Silence } from './silences.js';
 
 export { OUTCOMES };
 
@@ -76,11 +79,21 @@ export interface Metrics {
   streaks: Map<string, number>;
   /** The kinds kvcanary_last_run_findings has a series for, per target/scenario. */
   lastRunKinds: Map<string, Set<string>>;
+  /** kvcanary_open_findings: what the finding alerts read (open-findings.ts). */
+  open: OpenFindings;
 }
 
-export function createMetrics(registry: Registry): Metrics {
+export interface MetricsOptions {
+  /** Silences in force now, re-read at every scrape by kvcanary_open_findings. @default none */
+  silences?: () => readonly Silence[];
+  /** @default Date.now */
+  now?: () => number;
+}
+
+export function createMetrics(registry: Registry, opts: MetricsOptions = {}): Metrics {
   const registers = [registry];
   return {
+    open: createOpenFindings({ registry, silences: opts.silences ?? (() => []), now: opts.now ?? Date.now }),
     probeRuns: new Counter({ name: 'kvcanary_probe_runs_total', help: 'Scenario runs completed, by outcome (inconclusive is never a pass).', labelNames: ['target', 'scenario', 'outcome'], registers }),
     probeCycles: new Counter({ name: 'kvcanary_probe_cycles_total', help: 'Whole probe cycles (all scenarios of one run), by combined outcome: pass needs a behavioural scenario passed; a cycle of cheap checks that passed is partial.', labelNames: ['target', 'outcome'], registers }),
     targetVerdict: new Gauge({ name: 'kvcanary_target_verdict', help: 'State set: 1 for the target\'s standing by the overall rule (pass only while its behavioural scenarios passed within their intervals and nothing applicable failed; partial, inconclusive, fail, not_applicable, none), 0 for the others.', labelNames: ['target', 'outcome'], registers }),
@@ -150,9 +163,10 @@ export function observeSchedules(m: Metrics, targets: readonly { name: string; s
  */
 export function seedScenarioState(
   m: Metrics,
-  s: { target: string; scenario: string; outcome: Outcome; at: string; inconclusiveStreak: number; findingCounts?: Readonly<Record<string, number>> },
+  s: { target: string; scenario: string; outcome: Outcome; at: string; inconclusiveStreak: number; findingCounts?: Readonly<Record<string, number>>; runId?: string },
 ): void {
   if (s.findingCounts !== undefined) {
+    m.open.seed(s.target, s.scenario, s.runId ?? '', s.findingCounts);
     const counts: Record<string, number> = {};
     for (const [kind, n] of Object.entries(s.findingCounts)) {
       const k = Object.hasOwn(FINDING_KINDS, kind) ? kind : 'unknown';
@@ -187,6 +201,7 @@ export async function forgetTarget(m: Metrics, target: string): Promise<void> {
   }
   for (const k of [...m.streaks.keys()]) if (k.startsWith(`${target}\u0000`)) m.streaks.delete(k);
   for (const k of [...m.lastRunKinds.keys()]) if (k.startsWith(`${target}\u0000`)) m.lastRunKinds.delete(k);
+  m.open.forget(target);
 }
 
 /** Unacknowledged findings per kind (unknown kinds as `unknown`, as kvcanary_findings_total counts them). */
@@ -225,6 +240,7 @@ export function observeVerdict(m: Metrics, target: string, standing: TargetStand
 /** Updates every metric from one completed probe cycle. */
 export function observeRun(m: Metrics, run: ProbeRun): void {
   const target = run.target;
+  m.open.observeRun(run);
   m.probeCycles.inc({ target, outcome: outcomeLabel(run.outcome) });
   m.targetUp.set({ target }, run.up ? 1 : 0);
   // A cycle that reached the endpoint and learnt nothing means the fact is no longer exposed; a cycle that

@@ -50,8 +50,11 @@ export function createRecorder(deps: RecorderDeps): Recorder {
       }
       observeRun(metrics, run);
       const findings = run.scenarios.flatMap((s) => s.findings);
-      logger.info({
+      // A run that sent nothing at all is worth a warning, with its reason (a key file emptied, say).
+      const sentNothing = run.scenarios.every((s) => s.requests.length === 0) && run.outcome === 'inconclusive';
+      logger[sentNothing ? 'warn' : 'info']({
         target: run.target, runId: run.runId, outcome: run.outcome, up: run.up, findings: findings.length,
+        ...(run.outcome === 'inconclusive' ? { why: run.scenarios.find((s) => s.outcome === 'inconclusive')?.notes[0]?.slice(0, 200) } : {}),
         scenarios: Object.fromEntries(run.scenarios.map((s) => [s.name, s.outcome])),
         durationMs: Date.parse(run.finishedAt) - Date.parse(run.startedAt),
       }, `probe run ${run.outcome}: ${run.target}`);
@@ -73,6 +76,7 @@ export function createRecorder(deps: RecorderDeps): Recorder {
         logger.error({ err, target, runId }, 'could not store late findings');
       }
       observeFindings(metrics, target, findings);
+      metrics.open.observeLate(target, runId, findings);
       for (const f of findings) logFinding(target, runId, f);
     },
 

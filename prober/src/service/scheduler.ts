@@ -25,7 +25,7 @@ import type { ProbeRun } from '../probe/result.js';
 import { createRecorder } from './run-recording.js';
 import type { HealthReport, LoopState } from './server.js';
 import type { Store } from './store.js';
-import { createTargetBudgets, warnBudget } from './target-budgets.js';
+import { createTargetBudgets, sizeBudget } from './target-budgets.js';
 import { admit, createLoopTimers, holdForAbandoned, loopState, loopVerdict, newLoop, noteResults, noteSkip, skipRecord, type Loop } from './target-loop.js';
 
 export { systemClock, type Clock } from './clock.js';
@@ -138,7 +138,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       if (findings.length > 0 && await storedP && run !== undefined) recorder.recordLateFindings(loop.target.name, run.runId, findings);
     }, () => retireIfDone(loop));
     if (run === undefined) { stored(false); return; }
-    warnBudget(loop, run, logger);
+    sizeBudget(loop, run, budgets, logger);
     loop.lastRunAt = run.finishedAt;
     loop.lastOutcome = run.outcome;
     noteResults(loop, run.scenarios, run.finishedAt);
@@ -155,7 +155,10 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
   function removeLoop(loop: Loop): void {
     loop.removed = true;
     timers.cancel(loop);
-    logger.info({ target: loop.target.name }, 'target removed from config');
+    // A discovered target (named SOURCE/HOST:PORT; configured names cannot hold '/') leaves when its source
+    // stops listing it (or its discover entry leaves the config): say so, not "removed from config".
+    if (loop.target.name.includes('/')) logger.info({ target: loop.target.name }, 'target removed by discovery: its source no longer lists it');
+    else logger.info({ target: loop.target.name }, 'target removed from config');
     retireIfDone(loop);
   }
 

@@ -7,6 +7,7 @@
  * so every value is HTML-escaped and the page is sent with a CSP that allows no script at all.
  * Inconclusive is drawn amber with its own word, never green: "could not establish" is not "isolated".
  */
+import { jsonText } from '../json-text.js';
 import { createHostCheck } from './host-check.js';
 import { parseSince, SinceError } from '../since.js';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -15,13 +16,15 @@ import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { formatDuration, parseDuration } from './config.js';
 import { FINDING_KINDS, isFindingKind, plantedText } from '../probe/findings.js';
-import type { RunOutcome } from '../probe/result.js';
+import { describePower, type RunOutcome } from '../probe/result.js';
 import { targetVerdict, type TargetVerdict } from './target-verdict.js';
 import { freshnessMs } from './scenario-schedule.js';
 import type { ScheduleConfig } from './config.js';
 import type { RunSummary, Store, StoredFinding, TargetLatest } from './store.js';
 import { groupThousands } from '../locale-free.js';
 import { writeExposition } from './metrics-exposition.js';
+import { targetAnchor } from './external-url.js';
+import { matchSilence, type Silence } from './silences.js';
 
 export interface LoopState {
   target: string;
@@ -91,6 +94,8 @@ export interface ServiceServerOptions {
   extraHtml?: () => string;
   /** Host names served under besides the listen address and localhost (config `allowed_hosts:`); others get 421. */
   allowedHosts?: readonly string[];
+  /** Silences in force now: a finding they cover leaves "Needs attention" at once, as it leaves the alerts. */
+  silences?: () => readonly Silence[];
 }
 
 export interface ServiceServer {
@@ -163,6 +168,7 @@ export async function startServiceServer(opts: ServiceServerOptions): Promise<Se
             health: opts.health?.(),
             now: now(),
             ...(opts.extraHtml === undefined ? {} : { extraHtml: opts.extraHtml() }),
+            ...(opts.silences === undefined ? {} : { silences: opts.silences() }),
           });
           res.setHeader('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'");
           send(res, 200, 'text/html; charset=utf-8', page, req.method === 'HEAD');
@@ -198,7 +204,7 @@ function send(res: ServerResponse, status: number, type: string, body: string, h
 }
 
 function sendJson(res: ServerResponse, status: number, value: unknown, headOnly = false): void {
-  send(res, status, 'application/json; charset=utf-8', JSON.stringify(value) + '\n', headOnly);
+  send(res, status, 'application/json; charset=utf-8', jsonText(value) + '\n', headOnly);
 }
 
 function limitParam(url: URL, dflt: number): number {
@@ -279,6 +285,64 @@ function remediationHtml(kind: string): string {
   return `<p class="todo"><b>What to do:</b> ${escapeHtml(FINDING_KINDS[kind].remediation)}</p>`;
 }
 
+/** Shown inline: the reason, power and first note; every note, whole, one click away (no script: <details>). */
+function notesHtml(lead: readonly string[], notes: readonly string[]): string {
+  const inline = [...lead, ...notes.slice(0, 1)].map((n) => escapeHtml(n)).join('<br>');
+  if (notes.length <= 1) return inline;
+  return `${inline}<details><summary>all ${notes.length} notes</summary><ol class="allnotes">${notes.map((n) => `<li>${escapeHtml(n)}</li>`).join('')}</ol></details>`;
+}
+
+const SEVERITY_RANK: Record<string, number> = { critical: 0, high: 1, warning: 2, info: 3 };
+const severityOf = (kind: string): string => (isFindingKind(kind) ? FINDING_KINDS[kind].severity : 'critical');
+
+interface Attention { target: string; scenario: string; kind: string; count: number; severity: string; at: string }
+
+/** What needs someone now: unacknowledged findings in each scenario's latest run, most severe first. */
+function attentionItems(latest: readonly TargetLatest[], silences: readonly Silence[], now: number): Attention[] {
+  const items = latest.flatMap((t) => t.scenarios.flatMap((s) => Object.entries(s.findingCounts)
+    .filter(([kind, n]) => n > 0 && matchSilence(silences, t.target, { kind: kind as StoredFinding['kind'], scenario: s.scenario }, now) === undefined)
+    .map(([kind, count]) => ({ target: t.target, scenario: s.scenario, kind, count, severity: severityOf(kind), at: s.at }))));
+  return items.sort((a, b) => (SEVERITY_RANK[a.severity] ?? 0) - (SEVERITY_RANK[b.severity] ?? 0) || b.at.localeCompare(a.at) || a.target.localeCompare(b.target));
+}
+
+/** The top of the page: each open finding with what to do and its latest evidence, critical first. */
+function attentionSection(items: readonly Attention[], findings: readonly StoredFinding[], now: number): string {
+  if (items.length === 0) {
+    return '<section id="attention"><h2>Needs attention</h2><p>No unacknowledged finding in any scenario\'s latest run.</p></section>';
+  }
+  const rows = items.map((a) => {
+    const evidence = findings.find((f) => f.target === a.target && f.kind === a.kind && f.acknowledged === undefined);
+    return `<tr class="sev-${escapeHtml(a.severity)}"><td><b>${escapeHtml(a.severity.toUpperCase())}</b></td>
+<td><a href="#${escapeHtml(targetAnchor(a.target))}">${escapeHtml(a.target)}</a></td><td>${escapeHtml(a.scenario)}</td><td><b>${escapeHtml(a.kind)}</b> ×${a.count}<br>${ago(a.at, now)}</td>
+<td>${remediationHtml(a.kind)}${evidence === undefined ? '' : `<details><summary>latest evidence</summary>${evidenceHtml(evidence)}</details>`}</td></tr>`;
+  });
+  return `<section id="attention"><h2>Needs attention <small>${items.length} open finding${items.length === 1 ? '' : 's'}, most severe first; \`kvcanary ack\` acknowledges a known one</small></h2>
+<table><thead><tr><th>severity</th><th>target</th><th>scenario</th><th>finding</th><th>what to do</th></tr></thead><tbody>
+${rows.join('\n')}
+</tbody></table></section>`;
+}
+
+/** Targets with the most severe open finding first, then failing, inconclusive, the rest; the given order within. */
+function targetRank(t: TargetLatest | undefined, items: readonly Attention[]): number {
+  const worst = items.find((a) => a.target === t?.target);
+  if (worst !== undefined) return SEVERITY_RANK[worst.severity] ?? 0;
+  if (t === undefined) return 6;
+  return t.scenarios.some((s) => s.outcome === 'fail') ? 4 : t.scenarios.some((s) => s.outcome === 'inconclusive') ? 5 : 6;
+}
+
+/** A run `kvcanary run` recorded (its ids start `run-`; serve's are bare UUIDs). */
+export function isCliRun(runId: string): boolean {
+  return runId.startsWith('run-');
+}
+
+/** Endpoints only `kvcanary run --store` probed into this store: one line each, out of the way. */
+function cliRunsSection(targets: readonly TargetLatest[], now: number): string {
+  if (targets.length === 0) return '';
+  const rows = targets.map((t) => `<li>${badge(t.lastRun.outcome)} <b>${escapeHtml(t.target)}</b> <small>${escapeHtml(t.lastRun.baseUrl)}</small> ${ago(t.lastRun.finishedAt, now)} · ${t.lastRun.findingCount} finding${t.lastRun.findingCount === 1 ? '' : 's'} · <a href="/api/runs?target=${encodeURIComponent(t.target)}">runs</a></li>`);
+  return `<section id="cli-runs"><details><summary>${targets.length} endpoint${targets.length === 1 ? '' : 's'} probed by <code>kvcanary run --store</code> into this store (not probed by this serve)</summary>
+<ul>${rows.join('')}</ul></details></section>`;
+}
+
 interface PageInput {
   latest: TargetLatest[];
   findings: StoredFinding[];
@@ -286,6 +350,7 @@ interface PageInput {
   health: HealthReport | undefined;
   now: number;
   extraHtml?: string;
+  silences?: readonly Silence[];
 }
 
 function targetSection(t: ConfiguredTarget, latest: TargetLatest | undefined, health: HealthReport | undefined, now: number): string {
@@ -302,16 +367,18 @@ function targetSection(t: ConfiguredTarget, latest: TargetLatest | undefined, he
   // Configured order first; a scenario with history but no longer configured follows.
   for (const s of scenarios) rows.set(s, `<tr><td>${escapeHtml(s)}</td><td>${badge('none')}</td><td></td><td></td></tr>`);
   for (const s of latest?.scenarios ?? []) {
-    const power = s.power === undefined ? [] : [`power: ${s.power.trials} race windows, a fault showing in ≥${Math.round(s.power.detectableRate * 100)}% of them caught with probability ${s.power.confidence.toFixed(3)}`];
+    const power = s.power === undefined ? [] : [describePower(s.power)];
     const reason = s.reason === undefined ? [] : [`cut short: ${s.reason}`];
-    const notes = [...reason, ...power, ...s.notes.slice(0, 3)].map((n) => escapeHtml(n)).join('<br>');
+    const notes = notesHtml([...reason, ...power], s.notes);
     const streak = s.outcome === 'inconclusive' ? ` <span class="streak">${s.inconclusiveStreak} in a row</span>` : '';
     rows.set(s.scenario, `<tr><td>${escapeHtml(s.scenario)}</td><td>${badge(s.outcome)}${streak}</td><td>${ago(s.at, now)}</td><td class="notes">${notes}</td></tr>`);
   }
   const cap = last?.capacity ?? {};
   const capText = [
     cap.contextTokens !== undefined ? `context ${groupThousands(cap.contextTokens)} tokens` : 'context unknown',
-    cap.poolTokens !== undefined ? `KV pool ${groupThousands(cap.poolTokens)} tokens` : 'KV pool not exposed',
+    // The smallest pool the endpoint exposes (what capacity-audit compares): a note may name another one,
+    // such as prefix-churn's largest pool (decode's, in a disaggregated deployment).
+    cap.poolTokens !== undefined ? `smallest KV pool ${groupThousands(cap.poolTokens)} tokens` : 'KV pool not exposed',
   ].join(' · ');
   const below = cap.contextTokens !== undefined && cap.poolTokens !== undefined && cap.poolTokens < cap.contextTokens
     ? ' <span class="badge fail">POOL BELOW CONTEXT</span>' : '';
@@ -319,7 +386,7 @@ function targetSection(t: ConfiguredTarget, latest: TargetLatest | undefined, he
     ? 'no completed cycle yet'
     : `last cycle ${badge(last.outcome, last.outcome === 'pass' ? CYCLE_PASS_TITLE : undefined)} ${ago(last.finishedAt, now)} · model ${escapeHtml(last.model || '?')} · endpoint ${last.up ? 'reached' : '<b>not reached</b>'} · ${last.findingCount} finding${last.findingCount === 1 ? '' : 's'}`;
   const loopLine = loop === undefined ? '' : ` · loop ${escapeHtml(loop.state)}${loop.nextRunAt !== undefined ? `, next run ${escapeHtml(loop.nextRunAt)}` : ''}${loop.abandoned > 0 ? `, <b>${loop.abandoned} abandoned probe(s)</b>` : ''}`;
-  return `<section><h2>${escapeHtml(name)} <small>${escapeHtml(baseUrl)}</small></h2>
+  return `<section id="${escapeHtml(targetAnchor(name))}"><h2>${escapeHtml(name)} <small>${escapeHtml(baseUrl)}</small></h2>
 ${standingHtml(verdict)}<p>${lastLine}${loopLine}</p>${skipsHtml(loop, now)}<p>${escapeHtml(capText)}${below}</p>
 <table><thead><tr><th>scenario</th><th>latest outcome</th><th>when</th><th>notes</th></tr></thead><tbody>
 ${[...rows.values()].join('\n')}
@@ -328,17 +395,25 @@ ${[...rows.values()].join('\n')}
 
 export function renderStatusPage(input: PageInput): string {
   const byName = new Map(input.latest.map((t) => [t.target, t]));
-  const sections: string[] = [];
+  const probedHere = (t: TargetLatest): boolean => input.configured.some((c) => c.name === t.target) || !isCliRun(t.lastRun.runId);
+  const items = attentionItems(input.latest.filter(probedHere), input.silences ?? [], input.now);
+  const sections: { rank: number; html: string }[] = [];
   const shown = new Set<string>();
   for (const t of input.configured) {
     shown.add(t.name);
-    sections.push(targetSection(t, byName.get(t.name), input.health, input.now));
+    sections.push({ rank: targetRank(byName.get(t.name), items), html: targetSection(t, byName.get(t.name), input.health, input.now) });
   }
-  // Targets no longer configured still have history worth seeing.
+  // Targets no longer configured still have history worth seeing. Runs `kvcanary run --store` recorded into this
+  // store (named by their endpoint, not probed by this serve) are listed apart, never as a lost target.
+  const cliOnly: TargetLatest[] = [];
   for (const t of input.latest) {
     if (shown.has(t.target)) continue;
-    sections.push(targetSection({ name: t.target, baseUrl: t.lastRun.baseUrl, scenarios: [] }, t, input.health, input.now).replace('</h2>', ' <small>(no longer configured)</small></h2>'));
+    if (isCliRun(t.lastRun.runId)) { cliOnly.push(t); continue; }
+    const rank = items.some((a) => a.target === t.target) ? targetRank(t, items) : 7;
+    sections.push({ rank, html: targetSection({ name: t.target, baseUrl: t.lastRun.baseUrl, scenarios: [] }, t, input.health, input.now).replace('</h2>', ' <small>(no longer configured)</small></h2>') });
   }
+  // A stable sort: within a rank, the configured order.
+  const ordered = sections.map((x, i) => ({ ...x, i })).sort((a, b) => a.rank - b.rank || a.i - b.i).map((x) => x.html);
   const findingRows = input.findings.map((f) => `<tr class="sev-${escapeHtml(f.severity)}"><td>${ago(f.at, input.now)}</td><td>${escapeHtml(f.target)}</td>
 <td>${escapeHtml(f.scenario)}</td><td><b>${escapeHtml(f.kind)}</b>${f.acknowledged === undefined ? '' : `<br><span class="badge none" title="${escapeHtml(f.acknowledged)}">ACKNOWLEDGED</span> <small>${escapeHtml(f.acknowledged)}</small>`}</td><td>${escapeHtml(f.severity)}</td><td>${f.chance.toExponential(1)}</td><td>${evidenceHtml(f)}${remediationHtml(f.kind)}</td></tr>`);
   const status = input.health?.status === 'stopping' ? '<p class="badge inconclusive">service stopping</p>' : '';
@@ -357,11 +432,15 @@ pre{margin:0;max-width:60em;white-space:pre-wrap;word-break:break-all;font-size:
 .sev-critical td:first-child{border-left:4px solid #cf222e}.sev-high td:first-child{border-left:4px solid #e16f24}
 .sev-warning td:first-child{border-left:4px solid #bf8700}.sev-info td:first-child{border-left:4px solid #0969da}
 .todo{margin:.3em 0 0;font-size:.9em}
+details summary{cursor:pointer;color:#0969da;font-size:.9em}.allnotes{margin:.2em 0;padding-left:1.4em}
+#attention{border-color:#cf222e}
 </style></head><body>
 <h1>kvcanary status</h1>
 ${status}<p>Legend: ${badge('pass')} isolation established · ${badge('partial')} the cheap checks run passed, no behavioural pass (not a pass) · ${badge('fail')} finding · ${badge('inconclusive')} could not be established (not a pass) · ${badge('not-applicable')} the endpoint lacks the mechanism (not a pass of that scenario) · ${badge('none')}
 · <a href="/metrics">/metrics</a> · <a href="/api/runs">/api/runs</a> · <a href="/api/findings">/api/findings</a> · <a href="/healthz">/healthz</a></p>
-${input.extraHtml ?? ''}${sections.length > 0 ? sections.join('\n') : '<p>No targets configured.</p>'}
+${attentionSection(items, input.findings, input.now)}
+${input.extraHtml ?? ''}${ordered.length > 0 ? ordered.join('\n') : '<p>No targets configured.</p>'}
+${cliRunsSection(cliOnly, input.now)}
 <section><h2>Latest findings</h2>
 ${findingRows.length > 0
     ? `<table><thead><tr><th>when</th><th>target</th><th>scenario</th><th>kind</th><th>severity</th><th>chance</th><th>evidence (bounded)</th></tr></thead><tbody>

@@ -19,7 +19,8 @@ import { startServiceServer } from './server.js';
 import { createFleet, type Fleet } from './fleet.js';
 import { renderFleetSection } from './fleet-status.js';
 import type { DnsResolver } from './discovery/sources.js';
-import type { Shard } from './shard.js';
+import { formatShard, type Shard } from './shard.js';
+import { statusPageUrl } from './external-url.js';
 import { isActive, withSilences, type Silence } from './silences.js';
 import { createKeyFiles } from './key-files.js';
 import { openStore, type Store } from './store.js';
@@ -92,7 +93,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
   const logger = opts.logger ?? createLogger({ level: config.log.level, secrets: secretsOf });
   const store = openStore({ path: config.store.path, retentionMs: config.store.retentionMs, secrets: secretsOf });
   const registry = opts.registry ?? new Registry();
-  const metrics = createMetrics(registry);
+  const metrics = createMetrics(registry, { silences: () => activeSilences(store, config, clock.now(), logger), now: () => clock.now() });
   registerBuildInfo(registry);
 
   let scheduler: Scheduler | undefined;
@@ -110,11 +111,18 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
       queueMicrotask(() => { applyQueued = false; applyTargets(); });
     },
   });
+  /** Shard gauges, target info and the open-findings labels (shard, status page, discovery labels) for `effective`. */
+  const observeTargets = (): void => {
+    const template = config.externalUrl;
+    const statusPage = template === undefined ? undefined : (target: string): string => statusPageUrl(template, fleet.shard.index, target);
+    fleet.observe(effective.targets, statusPage);
+    metrics.open.setContext({ shard: formatShard(fleet.shard), placements: fleet.placements(effective.targets), ...(statusPage === undefined ? {} : { statusPage }) });
+    observeSchedules(metrics, effective.targets);
+  };
   const applyTargets = (): void => {
     const before = new Set(effective.targets.map((t) => t.name));
     effective = { ...config, targets: fleet.targets(config) };
-    fleet.observe(effective.targets);
-    observeSchedules(metrics, effective.targets);
+    observeTargets();
     if (scheduler === undefined) return;
     scheduler.reload(effective);
     const added = new Set(effective.targets.map((t) => t.name).filter((n) => !before.has(n)));
@@ -123,8 +131,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
   try {
     await fleet.start();
     effective = { ...config, targets: fleet.targets(config) };
-    fleet.observe(effective.targets);
-    observeSchedules(metrics, effective.targets);
+    observeTargets();
     const probe = withSilences(opts.probe ?? opts.createProbe({ store, logger, config: () => config, readKeyFile: (f) => keyFiles.read(f) }), () => activeSilences(store, config, clock.now(), logger), () => clock.now());
     const onRun = async (run: ProbeRun): Promise<void> => {
       fleet.noteCycle(Date.parse(run.finishedAt));
@@ -146,6 +153,7 @@ export async function createService(opts: ServiceOptions): Promise<Service> {
       targets: () => effective.targets,
       apiTargets: () => fleet.apiTargets(effective.targets, sched.states()),
       extraHtml: () => renderFleetSection(fleet.status(effective.targets)),
+      silences: () => activeSilences(store, config, clock.now(), logger),
       logger,
       now: () => clock.now(),
       ...(config.allowedHosts !== undefined ? { allowedHosts: config.allowedHosts } : {}),
@@ -220,7 +228,7 @@ function restoreGauges(store: Store, metrics: Metrics, config: ServiceConfig, on
     if (target === undefined || (only !== undefined && !only.has(t.target))) continue;
     for (const s of t.scenarios) {
       if (!target.scenarios.includes(s.scenario)) continue;
-      seedScenarioState(metrics, { target: t.target, scenario: s.scenario, outcome: s.outcome, at: s.at, inconclusiveStreak: s.inconclusiveStreak, findingCounts: s.findingCounts });
+      seedScenarioState(metrics, { target: t.target, scenario: s.scenario, outcome: s.outcome, at: s.at, inconclusiveStreak: s.inconclusiveStreak, findingCounts: s.findingCounts, runId: s.runId });
     }
     metrics.targetUp.set({ target: t.target }, t.lastRun.up ? 1 : 0);
     if (t.lastRun.capacity.contextTokens !== undefined) metrics.contextLimit.set({ target: t.target }, t.lastRun.capacity.contextTokens);

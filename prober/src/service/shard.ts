@@ -7,6 +7,7 @@
  * (about 1/(n+1) of them); the others keep their shard.
  */
 import { createHash } from 'node:crypto';
+import { shownString } from '../shown-value.js';
 
 export interface Shard {
   /** 0-based. */
@@ -27,7 +28,7 @@ export function formatShard(s: Shard): string {
 /** Parses `INDEX/COUNT` (0 <= INDEX < COUNT <= 1024); throws ShardError naming `what` otherwise. */
 export function parseShard(text: string, what = '--shard'): Shard {
   const m = /^\s*(\d{1,4})\s*\/\s*(\d{1,4})\s*$/.exec(text);
-  if (m === null) throw new ShardError(`${what}: expected INDEX/COUNT such as 0/3 (0-based), got ${JSON.stringify(text.slice(0, 40))}`);
+  if (m === null) throw new ShardError(`${what}: expected INDEX/COUNT such as 0/3 (0-based), got ${shownString(text)}`);
   return checkShard(Number(m[1]), Number(m[2]), what);
 }
 
@@ -53,8 +54,8 @@ export function shardFromArgs(flag: string | undefined, env: Record<string, stri
     throw new ShardError('KVCANARY_SHARD_INDEX and KVCANARY_SHARD_COUNT must be set together');
   }
   const im = /^(?:.*-)?(\d{1,4})$/.exec(rawIndex!.trim());
-  if (im === null) throw new ShardError(`KVCANARY_SHARD_INDEX: expected a number or a pod name ending in -N, got ${JSON.stringify(rawIndex!.slice(0, 60))}`);
-  if (!/^\d{1,4}$/.test(rawCount!.trim())) throw new ShardError(`KVCANARY_SHARD_COUNT: expected a number, got ${JSON.stringify(rawCount!.slice(0, 20))}`);
+  if (im === null) throw new ShardError(`KVCANARY_SHARD_INDEX: expected a number or a pod name ending in -N, got ${shownString(rawIndex!)}`);
+  if (!/^\d{1,4}$/.test(rawCount!.trim())) throw new ShardError(`KVCANARY_SHARD_COUNT: expected a number, got ${shownString(rawCount!)}`);
   return checkShard(Number(im[1]), Number(rawCount), 'KVCANARY_SHARD_INDEX/KVCANARY_SHARD_COUNT');
 }
 

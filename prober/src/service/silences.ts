@@ -12,6 +12,8 @@
 import { FINDING_KINDS, type Finding } from '../probe/findings.js';
 import type { ProbeFn } from '../probe/probe-fn.js';
 import { combineOutcomes, outcomeWithoutFindings, type ProbeRun } from '../probe/result.js';
+import { globMatch } from './glob.js';
+import { shownString } from '../shown-value.js';
 
 export interface Silence {
   /** Store id (ack) or `config[i]`. */
@@ -34,20 +36,39 @@ export interface SilenceIssue { path: string; message: string }
 /** A silence may last at most this long: "acknowledged forever" is how a leak gets forgotten. */
 export const MAX_SILENCE_MS = 90 * 86_400_000;
 const MAX_REASON = 300;
+/** `ack --expires` must reach at least this far ahead: `0d` or `1ms` acknowledges nothing. */
+export const MIN_SILENCE_MS = 60_000;
+// eslint-disable-next-line no-control-regex
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
 
-function globRe(pattern: string): RegExp {
-  return new RegExp(`^${pattern.split('*').map((p) => p.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
+/**
+ * An absolute expiry: a date (YYYY-MM-DD, midnight UTC) or a date and time with its zone (Z or ±HH:MM). A time
+ * without a zone would be read in the local zone of whichever machine reads it, and Date.parse rolls
+ * 2026-02-30 over to March 2: both are refused. The epoch milliseconds, or what is wrong.
+ */
+export function parseExpiry(text: string): number | string {
+  const m = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$/i.exec(text.trim());
+  if (m === null) return 'expected an ISO date (2026-07-01) or a time with its zone (2026-07-01T12:00:00Z)';
+  const [, y, mo, d, h, mi, sec, zone] = m;
+  if (h !== undefined && zone === undefined) return 'expected a time with its zone (Z or +HH:MM): a zone-less time means a different moment on every machine';
+  const day = new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d)));
+  if (day.getUTCFullYear() !== Number(y) || day.getUTCMonth() !== Number(mo) - 1 || day.getUTCDate() !== Number(d)) return 'expected a real calendar date';
+  if (h !== undefined && (Number(h) > 23 || Number(mi) > 59 || Number(sec ?? 0) > 59)) return 'expected a real time of day';
+  if (zone !== undefined && zone.toUpperCase() !== 'Z' && (Number(zone.slice(1, 3)) > 23 || Number(zone.slice(-2)) > 59)) return 'expected a real zone offset';
+  const t = Date.parse(h === undefined ? `${y}-${mo}-${d}T00:00:00Z` : text.trim().replace(' ', 'T'));
+  return Number.isNaN(t) ? 'expected an ISO date or time' : t;
 }
+
 
 export function isActive(s: Silence, now: number): boolean {
   return Date.parse(s.expiresAt) > now;
 }
 
 /** The first active silence matching the finding; `target` may be several names the run is known by. */
-export function matchSilence(silences: readonly Silence[], target: string | readonly string[], f: Finding, now: number): Silence | undefined {
+export function matchSilence(silences: readonly Silence[], target: string | readonly string[], f: Pick<Finding, 'kind' | 'scenario'>, now: number): Silence | undefined {
   const names = typeof target === 'string' ? [target] : target;
   return silences.find((s) => isActive(s, now) && (s.kind === '*' || s.kind === f.kind)
-    && (s.scenario === undefined || s.scenario === f.scenario) && names.some((n) => globRe(s.target).test(n)));
+    && (s.scenario === undefined || s.scenario === f.scenario) && names.some((n) => globMatch(s.target, n)));
 }
 
 export function describeSilence(s: Silence): string {
@@ -116,7 +137,7 @@ export function parseSilence(
   const target = str('target');
   if (target !== undefined && !/^[a-zA-Z0-9_.:\[\]/*-]{1,200}$/.test(target)) fail('target', 'expected a target name or a pattern with * (letters, digits, _ . : / [ ] -)');
   const kind = str('kind');
-  if (kind !== undefined && kind !== '*' && !Object.hasOwn(FINDING_KINDS, kind)) fail('kind', `unknown finding kind ${JSON.stringify(kind.slice(0, 60))}; known: ${Object.keys(FINDING_KINDS).join(', ')}, or *`);
+  if (kind !== undefined && kind !== '*' && !Object.hasOwn(FINDING_KINDS, kind)) fail('kind', `unknown finding kind ${shownString(kind)}; known: ${Object.keys(FINDING_KINDS).join(', ')}, or *`);
   let scenario: string | undefined;
   if (o.scenario !== undefined) {
     scenario = str('scenario');
@@ -124,14 +145,19 @@ export function parseSilence(
   }
   const reason = str('reason');
   if (reason !== undefined && reason.length > MAX_REASON) fail('reason', `at most ${MAX_REASON} characters`);
+  // A reason is printed inside the run summary, report and logs: a line break would forge a line there.
+  else if (reason !== undefined && UNPRINTABLE.test(reason)) fail('reason', 'expected one line of text: no line breaks, control characters or bidi overrides');
   let expiresAt: string | undefined;
   const e = o.expires instanceof Date ? o.expires.toISOString() : o.expires;
+  const relative = opts.durationOf !== undefined;
   if (typeof e !== 'string' || e === '') {
-    fail('expires', `required: an ISO date or time such as 2026-07-01T00:00:00Z${opts.durationOf === undefined ? '' : ', or a duration from now such as 7d'}`);
+    fail('expires', `required: an ISO date or time such as 2026-07-01T00:00:00Z${relative ? ', or a duration from now such as 7d' : ''}`);
   } else {
     const rel = opts.durationOf?.(e);
-    const t = rel !== undefined ? opts.now + rel : /^\d{4}-\d{2}-\d{2}/.test(e) ? Date.parse(e) : NaN;
-    if (Number.isNaN(t)) fail('expires', `expected an ISO date or time${opts.durationOf === undefined ? '' : ' or a duration such as 7d'}, got ${JSON.stringify(e.slice(0, 40))}`);
+    const t = rel !== undefined ? opts.now + rel : parseExpiry(e);
+    if (typeof t === 'string') fail('expires', `${t}${relative ? ' (or a duration such as 7d)' : ''}, got ${shownString(e)}`);
+    else if (rel !== undefined && rel < MIN_SILENCE_MS) fail('expires', `a duration of at least ${MIN_SILENCE_MS / 60_000}m (a silence that ends at once acknowledges nothing), got ${shownString(e)}`);
+    else if (relative && t - opts.now < MIN_SILENCE_MS) fail('expires', `a time at least ${MIN_SILENCE_MS / 60_000}m in the future, got ${new Date(t).toISOString()}`);
     else if (t - opts.now > MAX_SILENCE_MS) fail('expires', `at most 90 days ahead (a silence must be looked at again), got ${new Date(t).toISOString()}`);
     else expiresAt = new Date(t).toISOString();
   }

@@ -21,13 +21,15 @@
  * identical planter that was not aborted, so they fall inside the planter's prefill and transfer on any
  * endpoint speed.
  *
- * Power: with N windows, a fault that shows in at least a fraction r of windows is caught with probability
- * c = 1 - (1 - r)^N. The scenario keeps going until c reaches the target (r = 0.1, c = 0.95: 29 windows, or
- * `abortRounds` windows when set), stopping early at the first finding. Short of it (budget, deadline, too
- * many uncounted windows) it is inconclusive and says what it reached.
+ * Power is measured, not derived (race-power.ts): the scenario runs the workload `npm run bench:race-calibration`
+ * measured (29 counted windows, or `abortRounds` when set), stopping early at the first finding, and a pass
+ * states the per-run recall that calibration showed for race faults firing on at least a stated fraction of
+ * their eligible events. Its `trials` are the windows that can show a race, correlated ones counted once (a
+ * group of re-sends is one window; a mid-stream window cannot show a transfer late write). Short of the
+ * workload (budget, deadline, too many uncounted windows) it is inconclusive and says what it reached.
  */
 import { readerPrompt, repetitionsFor, tokensFor } from '../prompts.js';
-import { powerOf, trialsFor, type ScenarioResult } from '../result.js';
+import type { Power, ScenarioResult } from '../result.js';
 import type { AbortAfter } from '../target/client.js';
 import { holdBallast } from './ballast.js';
 import { tokenLine } from './calibration.js';
@@ -36,7 +38,7 @@ import { exchange, sentBySelf, type Exchange } from './exchange.js';
 import { initialSizing, plant } from './planting.js';
 import { ResultBuilder } from './result-builder.js';
 import { clamp } from './clamp.js';
-import { RACE_CONFIDENCE, RACE_DETECTABLE_RATE } from './race-power.js';
+import { ABORT_RACE_MEASURED_FAULTS, ABORT_RACE_WINDOWS, abortRacePower, independentWindows, type AbortWindows } from './race-power.js';
 
 export const ABORT_RACE = 'abort-race';
 
@@ -65,8 +67,8 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
     out.reason = 'unreachable';
     return out.finish('inconclusive');
   }
-  const wanted = ctx.tuning.abortRounds ?? trialsFor(RACE_DETECTABLE_RATE, RACE_CONFIDENCE);
-  const enough = trialsFor(RACE_DETECTABLE_RATE, RACE_CONFIDENCE);
+  const wanted = ctx.tuning.abortRounds ?? ABORT_RACE_WINDOWS;
+  const enough = ABORT_RACE_WINDOWS;
   const line = await tokenLine(ctx, (ex) => out.add(ex));
   const maxTokens = ctx.tuning.readerMaxTokens ?? 48;
   const bound = Math.min(poolTokens ?? Infinity, contextTokens ?? Infinity);
@@ -89,7 +91,10 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   const readerReserve = readerEstimate + maxTokens;
   const readersPerWindow = clamp(Math.ceil((planterReserve + slack) / readerReserve) + 1, 4, 64);
   const admit = Math.min(bound, ctx.introspection.maxInputTokens ?? Infinity);
-  const ballast = holdBallast(ctx, { tokens: ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex) });
+  const ballast = holdBallast(ctx, {
+    tokens: ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex),
+    ...(ctx.tuning.ballastHold !== undefined ? { hold: ctx.tuning.ballastHold } : {}),
+  });
   out.note(
     `window: 1 planter of ~${planterTokens} tokens aborted in flight (mid-transfer, mid-stream, or re-sent), then ${readersPerWindow} readers of ~${readerEstimate} tokens` +
       (ballastTokens > 0 ? `; ballast ~${ballastTokens} tokens in ${ballast.pieces} request(s) (reservation pool ${reservationPool})` : '; no ballast (pool not exposed)'),
@@ -97,6 +102,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
 
   const sizing = initialSizing();
   let windows = 0;
+  const tally = new WindowTally();
   let attempts = 0;
   let missed = 0;
   let readersOk = 0;
@@ -104,6 +110,12 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   let cut: 'budget' | 'deadline' | undefined;
   const maxAttempts = wanted * 2 + 4;
   let complete: { prompt: string; sent: string[]; estimate: number } | undefined;
+  // Re-sends abort at fractions of the fastest re-send seen answering (a prompt served from a cache answers
+  // far sooner than it prefills). Re-sends that still answer before their abort cannot exercise a load race:
+  // after two in a row the re-send phases give way to fresh planters.
+  let resendTtft: number | undefined;
+  let resendsAnswered = 0;
+  let resendsReplaced = 0;
   try {
     await ballast.ensure();
     // An identical planter, not aborted: its time to first token spans its prefill and transfer.
@@ -122,12 +134,13 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
       // prefill and transfer) is still landing.
       const phase = PHASES[attempts % PHASES.length]!;
       const midStream = phase === 'mid-stream';
-      const resend = phase === 'resend' ? complete : undefined;
+      const resend = phase === 'resend' && resendsAnswered < 2 ? complete : undefined;
+      if (phase === 'resend' && complete !== undefined && resend === undefined) resendsReplaced++;
       if (phase !== 'resend') complete = undefined;
       const abortAfter: AbortAfter = midStream
         ? { chars: 1 + (attempts % 12) }
         : resend !== undefined && ttft !== undefined
-          ? { ms: Math.max(1, Math.round(ttft * RESEND_FRACTIONS[attempts % RESEND_FRACTIONS.length]!)) }
+          ? { ms: Math.max(1, Math.round(Math.min(ttft, resendTtft ?? ttft) * RESEND_FRACTIONS[attempts % RESEND_FRACTIONS.length]!)) }
           : ttft === undefined
           ? { ms: FALLBACK_MS[attempts % FALLBACK_MS.length]! }
           : { ms: Math.max(1, Math.round(ttft * ABORT_FRACTIONS[attempts % ABORT_FRACTIONS.length]!)) };
@@ -136,10 +149,16 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
       if (resend !== undefined) {
         ex = await exchange(ctx, { role: 'planter', prompt: resend.prompt, promptTokens: resend.estimate, maxTokens, stream: true, abortAfter });
         if (ex !== undefined) ex = sentBySelf(ex, resend.sent);
+        const answeredIn = ex !== undefined && ex.result.generatedChars > 0 ? ex.result.ttftMs : undefined;
+        if (answeredIn !== undefined) resendTtft = Math.min(resendTtft ?? Infinity, answeredIn);
+        resendsAnswered = answeredIn !== undefined ? resendsAnswered + 1 : 0;
       } else {
         const planted = await plant(ctx, sizing, { tokens: planterTokens, maxTokens, stream: true, abortAfter });
         ex = planted.ex;
-        if (midStream && ex !== undefined && ex.result.generatedChars > 0) complete = planted;
+        if (midStream && ex !== undefined && ex.result.generatedChars > 0) {
+          complete = planted;
+          tally.newGroup();
+        }
       }
       if (out.add(ex) === undefined) {
         cut = ctx.signal.aborted ? 'deadline' : 'budget';
@@ -168,25 +187,30 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
       if (sent < readersPerWindow && !ctx.signal.aborted) cut = 'budget';
       // Counted: aborted before it ended (mid-prefill or mid-transfer when no text came; mid-stream otherwise).
       const inFlight = ex!.result.transport === 'aborted' && (midStream || ex!.result.generatedChars === 0);
-      if (inFlight && ok * 2 > readersPerWindow) windows++;
-      else missed++;
+      if (inFlight && ok * 2 > readersPerWindow) {
+        windows++;
+        tally.count(midStream ? 'midStream' : resend !== undefined ? 'resend' : 'midTransfer');
+      } else missed++;
     }
   } finally {
     await ballast.release();
   }
-  out.power = powerOf(windows, RACE_DETECTABLE_RATE);
-  out.note(
-    `${windows} race window(s) exercised in ${attempts} attempt(s) (${missed} not counted: planter answered before the abort, or readers failed); ` +
-      `${readersOk}/${readersSent} readers answered; power: a fault showing in ${RACE_DETECTABLE_RATE * 100}% of windows caught with probability ${out.power.confidence}`,
-  );
+  out.power = abortRacePower(windows, tally.windows);
+  for (const line of powerNotes(out.power, tally.windows, { windows, attempts, missed, readersOk, readersSent, enough })) out.note(line);
+  if (resendTtft !== undefined) {
+    out.note(
+      `re-sent planters answered in ${Math.round(resendTtft)} ms at the fastest (served from a cache): their aborts moved to fractions of that` +
+        (resendsReplaced > 0 ? `; still answered before the abort twice in a row, so ${resendsReplaced} re-send(s) gave way to fresh planters` : ''),
+    );
+  }
   if (out.findings.length > 0) return out.finish('inconclusive'); // fail: findings decide
   if (cut !== undefined) {
     out.note(cut === 'budget' ? 'cut short by the token budget: isolation not established (not the endpoint\'s fault)' : 'cut short by the cycle deadline');
     out.reason = cut;
     return out.finish('inconclusive');
   }
-  if (windows < enough || out.power.confidence < RACE_CONFIDENCE) {
-    out.note(`fewer than the ${enough} windows a pass needs (confidence ${RACE_CONFIDENCE} at rate ${RACE_DETECTABLE_RATE})`);
+  if (windows < enough) {
+    out.note(`fewer than the ${enough} windows a pass needs (the workload whose power was measured)`);
     out.reason = 'power';
     return out.finish('inconclusive');
   }
@@ -195,4 +219,43 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
     return out.finish('inconclusive');
   }
   return out.finish('pass');
+}
+
+/** Counted windows by what they can show; re-sends of one prompt form a group, counted once (race-power.ts). */
+class WindowTally {
+  readonly windows: AbortWindows = { midTransfer: 0, midStream: 0, resends: 0, resendGroups: 0 };
+  private group = 0;
+  private counted = -1;
+
+  /** A mid-stream planter completed a prompt: the re-sends after it are a new group. */
+  newGroup(): void {
+    this.group++;
+  }
+
+  count(kind: 'midStream' | 'resend' | 'midTransfer'): void {
+    if (kind !== 'resend') {
+      this.windows[kind]++;
+      return;
+    }
+    this.windows.resends++;
+    if (this.counted !== this.group) this.windows.resendGroups++;
+    this.counted = this.group;
+  }
+}
+
+function powerNotes(
+  power: Power,
+  w: AbortWindows,
+  n: { windows: number; attempts: number; missed: number; readersOk: number; readersSent: number; enough: number },
+): string[] {
+  const independent = independentWindows(w);
+  return [
+    `${n.windows} race window(s) exercised in ${n.attempts} attempt(s) (${n.missed} not counted: planter answered before the abort, or readers failed): ` +
+      `${w.midTransfer} mid-transfer, ${w.midStream} mid-stream, ${w.resends} re-send(s) in ${w.resendGroups} group(s); ` +
+      `windows that can show a transfer late write ${independent.transfer}, a host-copy race ${independent.copy} (a group of re-sends counted once); ` +
+      `${n.readersOk}/${n.readersSent} readers answered`,
+    power.basis === 'measured'
+      ? `power (measured on the bundled engine's ${ABORT_RACE_MEASURED_FAULTS.join(' and ')}, bench/race-calibration.json): such a race fault firing on ≥${power.detectableRate * 100}% of its eligible events was caught in ≥${power.confidence} of runs of this workload (Wilson 95% lower bound)`
+      : `power (scaled from the measured workload of ${n.enough} windows, not measured at ${n.windows}): ≥${power.detectableRate * 100}% of eligible events, probability ${power.confidence}`,
+  ];
 }

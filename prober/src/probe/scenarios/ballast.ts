@@ -20,6 +20,8 @@ export interface BallastSpec {
   record: (ex: Exchange | undefined) => void;
   /** Longest wait for the pieces to hold. @default 15000 */
   holdTimeoutMs?: number;
+  /** 'generation': a short prompt and the rest as max_tokens (ProbeTuning.ballastHold). @default 'prompt' */
+  hold?: 'prompt' | 'generation';
 }
 
 export interface Ballast {
@@ -45,7 +47,8 @@ export function holdBallast(ctx: ScenarioContext, spec: BallastSpec): Ballast {
   const each = pieces === 0 ? 0 : Math.floor(tokens / pieces);
   // The prompt in whole filler repetitions (coarse on some tokenizers), never over its share; the generation
   // takes the rest, so prompt + generation stays within `each` and the sliver left for the race stays free.
-  const target = Math.min(Math.floor(spec.admitTokens * 0.8), Math.max(256, Math.floor(each / 2)));
+  // `target` is the generation's share; held by generation, all but a 256-token prompt.
+  const target = spec.hold === 'generation' ? Math.max(256, each - 256) : Math.min(Math.floor(spec.admitTokens * 0.8), Math.max(256, Math.floor(each / 2)));
   const reps = line === undefined ? 0 : Math.max(1, Math.floor((Math.max(16, each - target) - line.overhead) / line.perRepetition));
   const maxTokens = line === undefined ? target : Math.max(16, each - tokensFor(line, reps));
 

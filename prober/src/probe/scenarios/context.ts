@@ -31,10 +31,19 @@ export interface ProbeTuning {
    * @default the pool capacity when known (prefix-churn: plus 5%), else 4 planters (prefix-churn: the context limit)
    */
   plantTokens?: number;
-  /** abort-race race windows per cycle; a pass needs 29 (r = 0.1 at c = 0.95), so fewer cannot pass. @default 29 */
+  /** abort-race race windows per cycle; a pass needs 29, the workload whose power bench:race-calibration measured, so fewer cannot pass. @default 29 */
   abortRounds?: number;
   /** abort-race: fill most of the exposed KV pool with ballast generations so freed pages are reused at once. @default true */
   abortBallast?: boolean;
+  /**
+   * How the ballast holds its pages. 'prompt': about half of each piece is prompt, half generation (pages held
+   * from admission on any engine, at the cost of prefilling the prompt). 'generation': a short prompt and a
+   * long generation: an engine that reserves prompt + max_tokens at admission (the bundled one, SGLang's
+   * reservation) holds the same pages for almost no prefill; one that grows a sequence's pages as it generates
+   * holds only what has been generated, so the pool is not full and a freed page may sit unused (not the
+   * default for that reason: docs/cost.md). @default 'prompt'
+   */
+  ballastHold?: 'prompt' | 'generation';
   /**
    * How planters lay out their markers. 'dense': every marker distinct, separated by spaces (the most
    * markers per token). 'repeated': one marker per planter, every copy led by the line readers end with
@@ -83,6 +92,8 @@ export interface ScenarioContext {
   introspection: Introspection;
   registry: MarkerRegistry;
   scanner: Scanner;
+  /** The target's credentials, scrubbed from excerpts before they are cut (scanner.ts). */
+  secrets?: readonly string[];
   signal: AbortSignal;
   budget: TokenBudget;
   tuning: ProbeTuning;

@@ -47,7 +47,7 @@ export async function exchange(ctx: ScenarioContext, spec: ExchangeSpec): Promis
   if (!ctx.budget.spend(spec.promptTokens + spec.maxTokens)) return undefined;
   const tenant = spec.tenant ?? ctx.tenants[0]!;
   const requestId = spec.requestId ?? ctx.newRequestId(spec.role);
-  const session = ctx.scanner.open({ requestId, tenant: tenant.name, role: spec.role, runId: ctx.runId });
+  const session = ctx.scanner.open({ requestId, tenant: tenant.name, role: spec.role, runId: ctx.runId, ...(ctx.secrets === undefined ? {} : { secrets: ctx.secrets }) });
   // Disposed once the request is over: linked-signal.ts says why not AbortSignal.any.
   const link = linkSignals([ctx.signal, spec.signal]);
   const abortAfter = { ...spec.abortAfter, signal: link.signal };

@@ -132,7 +132,7 @@ export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult>
   const churnTarget = ctx.tuning.plantTokens ?? (pool !== undefined ? Math.ceil(pool * (1 + CHURN_MARGIN)) : Number.isFinite(requestCap) ? requestCap : pieceTokens * 4);
   out.note(
     pool !== undefined
-      ? `KV pool ${pool} tokens${ctx.introspection.pageSize !== undefined ? ` (pages of ${ctx.introspection.pageSize})` : ''}: churn of ${churnTarget} tokens per round in planters of at most ${pieceTokens}`
+      ? `${poolLabel(ctx.introspection, slots !== undefined && ctx.introspection.poolTokens === undefined)} ${pool} tokens${ctx.introspection.pageSize !== undefined ? ` (pages of ${ctx.introspection.pageSize})` : ''}: churn of ${churnTarget} tokens per round in planters of at most ${pieceTokens}`
       : `KV pool not exposed: churn of ${churnTarget} tokens per round (${ctx.tuning.plantTokens !== undefined ? 'plantTokens' : Number.isFinite(requestCap) ? 'the context limit' : 'four planters'}), which may not reach P's pages; only the re-read's cached tokens can show it did`,
   );
   if (pieceTokens < MIN_PIECE_TOKENS) {
@@ -375,4 +375,15 @@ async function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], 
   }
   for (const r of reasons) out.note(r);
   return out.finish(reasons.length === 0 ? 'pass' : 'inconclusive');
+}
+
+/**
+ * Which pool a churn note's figure is, since it is not always the one the status page's header shows (the
+ * smallest exposed): a slot's cells on llama.cpp, the largest pool where several are exposed (decode's, in
+ * a disaggregated deployment, where a prefix cache keeps its pages), else the one pool.
+ */
+function poolLabel(i: { poolTokens?: number; largestPoolTokens?: number }, slotCells: boolean): string {
+  if (slotCells) return 'slot KV cells';
+  if (i.largestPoolTokens !== undefined && i.poolTokens !== undefined && i.largestPoolTokens !== i.poolTokens) return 'largest KV pool (where the prefix cache keeps its pages)';
+  return 'KV pool';
 }

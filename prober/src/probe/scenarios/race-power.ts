@@ -1,7 +1,65 @@
 /**
- * The power a race scenario's pass must state: N independent race windows exercised, so a fault that shows
- * in at least a fraction RACE_DETECTABLE_RATE of windows is caught with probability 1 - (1 - r)^N. A pass
- * needs RACE_CONFIDENCE at that rate: 29 windows.
+ * What a race scenario's pass states it was worth (its `power`).
+ *
+ * abort-race's statement is measured, not derived: `npm run bench:race-calibration`
+ * (bench/race-calibration.json) gives the bundled engine's race faults (`late-write`,
+ * `offload-release-race`) a rate — the fraction of their eligible events they fire on — and counts, per
+ * configuration and rate, how many first-contact runs of the full abort-race workload (ABORT_RACE_WINDOWS
+ * counted windows) caught the fault. At every measured rate >= ABORT_RACE_DETECTABLE_RATE, on FIFO and LIFO
+ * free lists and on a configuration the workload was never tuned on, the Wilson 95% lower bound of that
+ * per-run recall is >= ABORT_RACE_CONFIDENCE (test/prober/race-calibration.test.ts holds these constants to
+ * the JSON). The measurement takes the windows' correlations as they are (re-sends of one prompt back to
+ * back, readers sharing their first half, ballast held across windows), so the statement does not rest on
+ * windows being independent.
+ *
+ * concurrent-interleave's statement is still the model one: N windows assumed independent, a fault showing in
+ * at least a fraction RACE_DETECTABLE_RATE of them caught with probability 1 - (1 - r)^N (`basis: 'model'`).
  */
+import type { Power } from '../result.js';
+
 export const RACE_DETECTABLE_RATE = 0.1;
 export const RACE_CONFIDENCE = 0.95;
+
+/** Counted windows of abort-race's calibrated workload: a pass needs them. */
+export const ABORT_RACE_WINDOWS = 29;
+/** The lowest fault rate (fraction of eligible events) at which the calibration holds. */
+export const ABORT_RACE_DETECTABLE_RATE = 0.5;
+/** The per-run recall the calibration shows at rates >= ABORT_RACE_DETECTABLE_RATE (Wilson 95% lower bound). */
+export const ABORT_RACE_CONFIDENCE = 0.83;
+/** The engine faults the statement was measured on (finished rows at rates >= the stated rate, FIFO and LIFO). */
+export const ABORT_RACE_MEASURED_FAULTS: readonly string[] = ['late-write'];
+
+/** abort-race's counted windows by what they can show. */
+export interface AbortWindows {
+  /** A fresh planter aborted before its first character (mid-prefill or mid-transfer). */
+  midTransfer: number;
+  /** A planter aborted after its first characters: its KV complete (written back by a host tier). */
+  midStream: number;
+  /** Re-sends of a mid-stream planter's prompt, aborted early (its load or the rest of its prefill in flight). */
+  resends: number;
+  /** Groups those re-sends came in (one prompt, re-sent back to back). */
+  resendGroups: number;
+}
+
+/**
+ * Windows that can show each kind of race, correlated ones counted once: a transfer late write shows in a
+ * mid-transfer window or a re-send group (not mid-stream: its transfer had landed); a host-copy race in a
+ * mid-stream window (its write-back) or a re-send group (its load). The smaller of the two.
+ */
+export function independentWindows(w: AbortWindows): { transfer: number; copy: number; both: number } {
+  const transfer = w.midTransfer + w.resendGroups;
+  const copy = w.midStream + w.resendGroups;
+  return { transfer, copy, both: Math.min(transfer, copy) };
+}
+
+/**
+ * abort-race's power after `counted` windows. The full workload states the calibrated confidence; a run cut
+ * short of it (never a pass) states that confidence scaled down by the share of the workload it ran,
+ * 1 - (1 - c)^(counted / ABORT_RACE_WINDOWS) (`basis: 'scaled'`: no run of that length was measured).
+ */
+export function abortRacePower(counted: number, w: AbortWindows): Power {
+  const trials = independentWindows(w).both;
+  if (counted >= ABORT_RACE_WINDOWS) return { trials, detectableRate: ABORT_RACE_DETECTABLE_RATE, confidence: ABORT_RACE_CONFIDENCE, basis: 'measured' };
+  const confidence = counted <= 0 ? 0 : 1 - Math.pow(1 - ABORT_RACE_CONFIDENCE, counted / ABORT_RACE_WINDOWS);
+  return { trials, detectableRate: ABORT_RACE_DETECTABLE_RATE, confidence: Math.floor(confidence * 10_000) / 10_000, basis: 'scaled' };
+}

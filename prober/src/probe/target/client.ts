@@ -457,11 +457,33 @@ export class TargetClient {
       headers['content-length'] = String(source.byteLength);
       requestBody = Readable.from(
         (async function* guarded() {
+          // Only what the source itself throws is its failure: an error thrown in at the yield (the socket
+          // failed under the body, e.g. EPIPE when the server answered and closed early) is the transport's.
+          let iterator: AsyncIterator<Uint8Array | string>;
           try {
-            yield* source.chunks();
+            iterator = (source.chunks() as AsyncIterable<Uint8Array | string>)[Symbol.asyncIterator]();
           } catch (err) {
             bodyError = err;
             throw err;
+          }
+          let done = false;
+          try {
+            for (;;) {
+              let step: IteratorResult<Uint8Array | string>;
+              try {
+                step = await iterator.next();
+              } catch (err) {
+                bodyError = err;
+                throw err;
+              }
+              if (step.done === true) {
+                done = true;
+                return;
+              }
+              yield step.value;
+            }
+          } finally {
+            if (!done && bodyError === undefined) await iterator.return?.();
           }
         })(),
         { objectMode: false },

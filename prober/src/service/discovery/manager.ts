@@ -14,7 +14,10 @@ import type { Logger } from 'pino';
 import type { DiscoveryEntry, TargetConfig } from '../config.js';
 import type { Clock } from '../scheduler.js';
 import { describeSource } from './spec.js';
-import { createResolver, resolveSource, type Address, type DnsResolver } from './sources.js';
+import { lookup as dnsLookup } from 'node:dns/promises';
+import { isIP } from 'node:net';
+import { createFileSdReader, createResolver, resolveSource, type Address, type DnsResolver } from './sources.js';
+import { refusal } from './address-policy.js';
 
 export interface DiscoveredTarget {
   target: TargetConfig;
@@ -44,6 +47,8 @@ export interface DiscoveryOptions {
   dns?: DnsResolver;
   /** Delay between a file change event and the re-read (editors write in several steps). @default 200 */
   debounceMs?: number;
+  /** Every address a name resolves to, for the address policy. @default the system resolver (getaddrinfo) */
+  lookup?: (host: string) => Promise<string[]>;
 }
 
 export interface Discovery {
@@ -86,6 +91,35 @@ export function createDiscovery(opts: DiscoveryOptions): Discovery {
   const { logger, clock } = opts;
   const dns = opts.dns ?? createResolver();
   const debounceMs = opts.debounceMs ?? 200;
+  const files = createFileSdReader();
+  const lookup = opts.lookup ?? (async (host: string) => (await dnsLookup(host, { all: true, verbatim: true })).map((a) => a.address));
+  /** The refused addresses last logged per source, so a refusal is logged when it changes, not every refresh. */
+  const refusedLogged = new Map<string, string>();
+
+  /** The addresses the entry's address policy lets through (address-policy.ts); the rest logged. */
+  async function allowed(s: SourceState, list: Address[]): Promise<Address[]> {
+    const allow = s.entry.spec.allow ?? [];
+    const out: Address[] = [];
+    const refused: string[] = [];
+    const hostOf = (a: Address): string => a.hostPort.replace(/:\d+$/, '').replace(/^\[|\]$/g, '');
+    const names = [...new Set(list.map(hostOf).filter((h) => isIP(h) === 0))];
+    const resolved = new Map(await Promise.all(names.map(async (h) => [h, await lookup(h).catch(() => [] as string[])] as const)));
+    for (const a of list) {
+      const host = hostOf(a);
+      const why = refusal(host, resolved.get(host) ?? [], allow);
+      if (why === undefined) out.push(a);
+      else refused.push(`${a.hostPort} (${why})`);
+    }
+    const key = refused.join(',');
+    if (key !== (refusedLogged.get(s.entry.template.name) ?? '')) {
+      refusedLogged.set(s.entry.template.name, key);
+      if (refused.length > 0) {
+        logger.warn({ source: s.entry.template.name, refused: refused.slice(0, 20), count: refused.length },
+          'discovery: addresses not probed (link-local, metadata or unspecified; discover.allow lets a class through)');
+      }
+    }
+    return out;
+  }
   let sources = new Map<string, SourceState>();
   let started = false;
 
@@ -101,7 +135,7 @@ export function createDiscovery(opts: DiscoveryOptions): Discovery {
   async function resolveOnce(s: SourceState): Promise<void> {
     const name = s.entry.template.name;
     try {
-      const list = await resolveSource(s.entry.spec.source, dns);
+      const list = await allowed(s, await resolveSource(s.entry.spec.source, dns, files));
       if (s.stopped) return;
       const changed = s.addresses === undefined || JSON.stringify(s.addresses) !== JSON.stringify(list);
       if (s.status.lastError !== undefined) logger.info({ source: name }, 'discovery source recovered');

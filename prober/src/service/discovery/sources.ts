@@ -3,10 +3,13 @@
  * port, or SRV). Each resolve() returns the whole current list or throws; keeping the last good list when it
  * throws is the caller's job (manager.ts).
  */
-import { readFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { open } from 'node:fs/promises';
+import { isIP } from 'node:net';
 import { Resolver } from 'node:dns/promises';
 import { parse as parseYaml } from 'yaml';
-import { joinHostPort, splitHostPort, type DiscoverSource } from './spec.js';
+import { HOST_RE, joinHostPort, splitHostPort, type DiscoverSource } from './spec.js';
+import { shownString } from '../../shown-value.js';
 import { byCodeUnits } from '../../locale-free.js';
 
 export interface Address {
@@ -31,6 +34,13 @@ export class DiscoveryError extends Error {
 export const MAX_ADDRESSES = 5000;
 const MAX_FILE_BYTES = 4 * 1024 * 1024;
 const LABEL_RE = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
+// eslint-disable-next-line no-control-regex
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
+
+/** A DNS name or an IP literal (IPv6 without a zone: a zone id is free text). */
+export function validHost(host: string): boolean {
+  return isIP(host) !== 0 ? !host.includes('%') : HOST_RE.test(host);
+}
 
 export function createResolver(servers?: string[]): DnsResolver {
   const r = new Resolver({ timeout: 5000, tries: 2 });
@@ -38,9 +48,9 @@ export function createResolver(servers?: string[]): DnsResolver {
   return r;
 }
 
-export async function resolveSource(source: DiscoverSource, dns: DnsResolver): Promise<Address[]> {
+export async function resolveSource(source: DiscoverSource, dns: DnsResolver, files: FileSdReader = createFileSdReader()): Promise<Address[]> {
   switch (source.kind) {
-    case 'file_sd': return readFileSd(source.file);
+    case 'file_sd': return files.read(source.file);
     case 'dns': return resolveHost(dns, source.host, source.port);
     case 'dns_srv': return resolveSrv(dns, source.name);
   }
@@ -67,14 +77,17 @@ export function parseFileSd(text: string, file = 'file_sd'): Address[] {
     if (g.labels !== undefined && g.labels !== null) {
       if (typeof g.labels !== 'object' || Array.isArray(g.labels)) throw new DiscoveryError(`${at}.labels: expected a mapping of label name to string`);
       for (const [k, v] of Object.entries(g.labels as Record<string, unknown>)) {
-        if (!LABEL_RE.test(k)) throw new DiscoveryError(`${at}.labels.${k}: not a Prometheus label name`);
+        if (!LABEL_RE.test(k) || k.length > 100) throw new DiscoveryError(`${at}.labels: ${shownString(k)} is not a Prometheus label name`);
         if (typeof v !== 'string') throw new DiscoveryError(`${at}.labels.${k}: expected a string value`);
+        if (UNPRINTABLE.test(v)) throw new DiscoveryError(`${at}.labels.${k}: control characters or bidi overrides in the value`);
         if (!k.startsWith('__')) labels[k] = v.slice(0, 200);
       }
     }
     g.targets.forEach((t: unknown, j) => {
       const hp = typeof t === 'string' ? splitHostPort(t) : undefined;
-      if (hp === undefined) throw new DiscoveryError(`${at}.targets[${j}]: expected "host:port", got ${JSON.stringify(String(t).slice(0, 80))}`);
+      // A host is a DNS name or an IP literal: a name with ESC, BEL or a bidi override would reach the
+      // target label, /metrics, the status page and the logs.
+      if (hp === undefined || !validHost(hp.host)) throw new DiscoveryError(`${at}.targets[${j}]: expected "host:port" (a DNS name or an IP address, a port 1-65535), got ${typeof t === 'string' ? shownString(t) : typeof t}`);
       const hostPort = joinHostPort(hp.host, hp.port);
       if (!seen.has(hostPort)) seen.set(hostPort, { hostPort, labels });
     });
@@ -83,15 +96,83 @@ export function parseFileSd(text: string, file = 'file_sd'): Address[] {
   return [...seen.values()];
 }
 
-async function readFileSd(file: string): Promise<Address[]> {
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (err) {
-    throw new DiscoveryError(`${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'file not found' : (err as Error).message}`);
-  }
-  if (Buffer.byteLength(text) > MAX_FILE_BYTES) throw new DiscoveryError(`${file}: larger than ${MAX_FILE_BYTES} bytes`);
-  return parseFileSd(text, file);
+/**
+ * Reads file_sd files. A file that was rejected is not read and parsed again until it changes: parsing a
+ * 4 MiB list of 190,000 entries took hundreds of megabytes and seconds of a blocked event loop, at every
+ * refresh. The rejection is remembered by the file's identity (device, inode, size, mtime, ctime) and, when
+ * those change, by a hash of its bytes. Entries are also bounded before the parse: a list that names more
+ * `host:port`s than a source may hold is refused from a count of its text, without building it.
+ */
+export interface FileSdReader {
+  read(file: string): Promise<Address[]>;
+  /** Parses done (a cached rejection is not one): what the tests watch. */
+  parses(): number;
+}
+
+export function createFileSdReader(): FileSdReader {
+  const rejected = new Map<string, { stamp: string; hash: string; error: DiscoveryError }>();
+  let parses = 0;
+  return {
+    parses: () => parses,
+    async read(file) {
+      let fh;
+      try {
+        fh = await open(file, 'r');
+      } catch (err) {
+        throw new DiscoveryError(`${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'file not found' : `cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`}`);
+      }
+      let bytes: Buffer;
+      let stamp: string;
+      try {
+        const st = await fh.stat();
+        if (!st.isFile()) throw new DiscoveryError(`${file}: not a regular file`);
+        if (st.size > MAX_FILE_BYTES) throw new DiscoveryError(`${file}: larger than ${MAX_FILE_BYTES} bytes`);
+        stamp = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+        const hit = rejected.get(file);
+        if (hit !== undefined && hit.stamp === stamp) throw hit.error;
+        const buf = Buffer.alloc(MAX_FILE_BYTES + 1);
+        let n = 0;
+        for (;;) {
+          const { bytesRead } = await fh.read(buf, n, buf.length - n, n);
+          if (bytesRead === 0 || (n += bytesRead) >= buf.length) break;
+        }
+        if (n > MAX_FILE_BYTES) throw new DiscoveryError(`${file}: larger than ${MAX_FILE_BYTES} bytes`);
+        bytes = buf.subarray(0, n);
+      } finally {
+        await fh.close();
+      }
+      const hash = createHash('sha256').update(bytes).digest('hex');
+      const hit = rejected.get(file);
+      if (hit !== undefined && hit.hash === hash) {
+        rejected.set(file, { ...hit, stamp });
+        throw hit.error;
+      }
+      try {
+        const text = bytes.toString('utf8');
+        const named = countHostPorts(text);
+        if (named > MAX_LISTED) throw new DiscoveryError(`${file}: names about ${named} host:port entries, more than a source may list (${MAX_ADDRESSES} addresses); not parsed`);
+        parses++;
+        const list = parseFileSd(text, file);
+        rejected.delete(file);
+        return list;
+      } catch (err) {
+        const error = err instanceof DiscoveryError ? err : new DiscoveryError(`${file}: ${(err as Error).message}`);
+        rejected.set(file, { stamp, hash, error });
+        throw error;
+      }
+    },
+  };
+}
+
+/** `host:port` entries a list may name before parsing (duplicates across groups allowed for). */
+const MAX_LISTED = 4 * MAX_ADDRESSES;
+
+/** How many `:PORT"`-shaped tokens the text holds: every listed target has one. Linear, no allocation per match. */
+function countHostPorts(text: string): number {
+  let n = 0;
+  const re = /:\d{1,5}(?=["'\s,\]}]|$)/gm;
+  while (re.exec(text) !== null) n++;
+  return n;
 }
 
 const NO_RECORDS = new Set(['ENODATA', 'ENOTFOUND']);
@@ -123,6 +204,7 @@ async function resolveSrv(dns: DnsResolver, name: string): Promise<Address[]> {
   const out = new Map<string, Address>();
   for (const r of records) {
     const host = r.name.replace(/\.$/, '');
+    if (!validHost(host)) continue;  // not a DNS name: never becomes a target name
     const hostPort = joinHostPort(host, r.port);
     out.set(hostPort, { hostPort, labels: {} });
   }

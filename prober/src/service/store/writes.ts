@@ -73,7 +73,15 @@ export function createWriters(db: Database.Database, secretsOf: () => readonly s
         tokens_sent: Math.round(num(s.tokens.sent) ?? 0),
         tokens_billed: Math.round(num(s.tokens.billed) ?? 0),
         notes: JSON.stringify(notes),
-        power: s.power === undefined ? null : JSON.stringify({ trials: num(s.power.trials) ?? 0, detectableRate: num(s.power.detectableRate) ?? 0, confidence: num(s.power.confidence) ?? 0 }),
+        power:
+          s.power === undefined
+            ? null
+            : JSON.stringify({
+                trials: num(s.power.trials) ?? 0,
+                detectableRate: num(s.power.detectableRate) ?? 0,
+                confidence: num(s.power.confidence) ?? 0,
+                ...(s.power.basis === 'measured' || s.power.basis === 'scaled' || s.power.basis === 'model' ? { basis: s.power.basis } : {}),
+              }),
         reason: s.reason ?? null,
       });
       for (const r of s.requests.slice(0, MAX_REQUESTS_PER_SCENARIO)) {

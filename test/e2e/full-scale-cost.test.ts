@@ -1,0 +1,78 @@
+/**
+ * What probing costs a full-scale endpoint, as measured (bench/full-scale.json, every scenario once at scale
+ * 1 against the incident and remediated engines) and as README.md quotes it; and that the default budgets
+ * follow from it: the sizes the endpoint advertises price every scenario at least as high as what it was
+ * measured to send, so neither a default `kvcanary run` nor serve's derived hourly budget cuts a scenario
+ * short on a full-scale endpoint.
+ */
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { dailyTotals, HEALTHY_PRESET, type FullScaleFigures } from '../../bench/full-scale-figures.js';
+import { figureBlocks } from '../../bench/render-figures.js';
+import { defaultSchedule } from '../../bench/schedule-cost.js';
+import { resolveEngineConfig } from '../../engine-under-test/src/config.js';
+import { SCENARIO_NAMES } from '../../prober/src/probe/scenarios/index.js';
+import { BUDGET_HEADROOM, runBudget, type EndpointSizes } from '../../prober/src/probe/scenarios/cost.js';
+import { derivedBudget, scheduledCost } from '../../prober/src/service/scenario-cost.js';
+import { runsOver } from '../../prober/src/service/scenario-schedule.js';
+
+const figures = JSON.parse(readFileSync(new URL('../../bench/full-scale.json', import.meta.url), 'utf8')) as FullScaleFigures;
+
+/** What the bundled engine advertises at scale 1 (/get_server_info: each role's pool; the smaller bounds admission). */
+function advertised(preset: string): EndpointSizes {
+  const c = resolveEngineConfig({ preset, scale: 1 });
+  const decode = c.disaggregated?.decodePoolTokens ?? c.poolTokens;
+  return { contextTokens: c.contextTokens, poolTokens: Math.min(c.poolTokens, decode), reservationPoolTokens: decode, largestPoolTokens: Math.max(c.poolTokens, decode), pageSize: c.pageSize };
+}
+
+describe('bench/full-scale.json', () => {
+  it('holds every scenario against both presets, in the shape the README is rendered from, with daily totals of the current tiers', () => {
+    // Every scenario against both presets, or named as not measured (README and the daily totals say so).
+    for (const preset of ['incident', 'remediated']) {
+      const missing = (figures.unmeasured ?? []).filter((u) => u.startsWith(`${preset}/`)).map((u) => u.slice(preset.length + 1));
+      expect([...figures.scenarios.filter((r) => r.preset === preset).map((r) => r.name), ...missing].sort()).toEqual([...SCENARIO_NAMES].sort());
+    }
+    for (const r of figures.scenarios) {
+      expect(Object.keys(r).sort()).toEqual(['billed', 'computed', 'mode', 'name', 'preset', 'seconds', 'sent']);
+      expect(['full', 'skip']).toContain(r.mode);
+    }
+    expect(figures.daily).toEqual(dailyTotals(figures.scenarios));
+  });
+
+  it('README.md quotes exactly what bench/full-scale.json renders', () => {
+    const block = figureBlocks().find((b) => b.block.name === 'daily-cost')!;
+    expect(block.documented, 'README.md figures:daily-cost differs from bench/full-scale.json (run npx tsx bench/render-figures.ts)').toBe(block.rendered);
+  });
+});
+
+describe('default budgets at full scale', () => {
+  it('a default kvcanary run of any one scenario, or of all of them, is granted at least what it was measured to send', () => {
+    for (const preset of ['incident', 'remediated']) {
+      const rows = figures.scenarios.filter((r) => r.preset === preset);
+      for (const r of rows) {
+        expect(runBudget([r.name], advertised(preset), {}, 5_000_000), `${preset} ${r.name}`).toBeGreaterThanOrEqual(Math.max(r.sent, r.billed));
+      }
+      const all = rows.reduce((a, r) => a + Math.max(r.sent, r.billed), 0);
+      expect(runBudget(SCENARIO_NAMES, advertised(preset), {}, 5_000_000), preset).toBeGreaterThanOrEqual(all);
+    }
+  });
+
+  it('serve\'s derived hourly budget holds two hourly runs of every tier measured at full scale', () => {
+    for (const preset of ['incident', 'remediated']) {
+      const target = defaultSchedule();
+      const budget = derivedBudget(scheduledCost(target, advertised(preset)))!;
+      const runs = runsOver(target, 2 * 3_600_000);
+      const measured = figures.scenarios.filter((r) => r.preset === preset).reduce((a, r) => a + (runs.get(r.name) ?? 0) * Math.max(r.sent, r.billed), 0);
+      expect(budget, preset).toBeGreaterThanOrEqual(measured);
+      expect(budget, preset).toBeLessThanOrEqual(measured * BUDGET_HEADROOM * 2);
+    }
+  });
+});
+
+describe('a healthy full-scale endpoint under the default tiers', () => {
+  it('computes the day the JSON states, from its remediated rows', () => {
+    const day = runsOver(defaultSchedule(), 86_400_000);
+    const computed = figures.scenarios.filter((r) => r.preset === HEALTHY_PRESET).reduce((a, r) => a + (day.get(r.name) ?? 0) * r.computed, 0);
+    expect(figures.daily.defaultTiers.computed).toBe(computed);
+  });
+});
