@@ -34,6 +34,9 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --scenario NAME         repeatable; default all: ${SCENARIO_NAMES.join(', ')}
   --api-key-env VAR       read the API key from environment variable VAR (never logged)
   --tenant NAME=VAR       repeatable: probe as several tenants, each with the key in VAR
+  --tenant-salt NAME=SALT repeatable: tenant NAME sends cache_salt SALT (vLLM/SGLang key their prefix cache
+                          by it). A NAME without --tenant is a tenant with the run's own key, apart from the
+                          others only by its salt: a boundary you declare, so sharing across it is a finding
   --header 'K: V'         repeatable extra request header; every value is treated as a secret (kept out of all
                           output) unless the name is a known non-secret one (Accept, User-Agent, X-Request-Id, ...)
   --timeout DURATION      per-request deadline (default 60s, at most 24h), e.g. 30s, 2m
@@ -211,6 +214,7 @@ export function parseRunArgs(args: string[]): RunOptions {
         scenario: { type: 'string', multiple: true },
         'api-key-env': { type: 'string' },
         tenant: { type: 'string', multiple: true },
+        'tenant-salt': { type: 'string', multiple: true },
         header: { type: 'string', multiple: true },
         timeout: { type: 'string' },
         deadline: { type: 'string' },
@@ -250,17 +254,7 @@ export function parseRunArgs(args: string[]): RunOptions {
     if (!envName.test(apiKeyEnv)) throw new UsageError('--api-key-env: expected the NAME of an environment variable (letters, digits, _), got something else (not shown: it may be a key)');
     if (!process.env[apiKeyEnv]) throw new UsageError(`--api-key-env: environment variable ${apiKeyEnv} is not set`);
   }
-  const tenants: TenantConfig[] = (v.tenant ?? []).map((t) => {
-    const m = /^([a-zA-Z0-9_.-]{1,64})=([A-Za-z_][A-Za-z0-9_]*)$/.exec(t);
-    if (m === null) {
-      const name = /^([a-zA-Z0-9_.-]{1,64})=/.exec(t)?.[1];
-      throw new UsageError(name === undefined
-        ? '--tenant: expected NAME=ENV_VAR (tenant name [a-zA-Z0-9_.-]{1,64}), got something else (not shown: it may hold a key)'
-        : `--tenant ${name}: expected NAME=ENV_VAR, the NAME of an environment variable after '=' (the value is not shown: it may be a key)`);
-    }
-    if (!process.env[m[2]!]) throw new UsageError(`--tenant ${m[1]}: environment variable ${m[2]} is not set`);
-    return { name: m[1]!, apiKeyEnv: m[2]! };
-  });
+  const tenants = withSalts(tenantFlags(v.tenant ?? []), v['tenant-salt'] ?? []);
   const headers = headerFlags(v.header ?? [], apiKeyEnv !== undefined || tenants.some((t) => t.apiKeyEnv !== undefined));
   const timeoutMs = v.timeout === undefined ? 60_000 : durationFlag('--timeout', v.timeout, 1, MAX_REQUEST_TIMEOUT_MS);
   const deadlineMs = v.deadline === undefined ? DEFAULT_RUN_DEADLINE_MS : durationFlag('--deadline', v.deadline, 1000, MAX_RUN_DEADLINE_MS);
@@ -298,6 +292,54 @@ export function parseRunArgs(args: string[]): RunOptions {
     ...(v.store !== undefined ? { store: v.store } : {}),
     ...(v.config !== undefined ? { config: v.config } : {}),
   };
+}
+
+const TENANT_NAME = /^([a-zA-Z0-9_.-]{1,64})=/;
+
+/** `--tenant NAME=VAR`: a tenant sending the key in environment variable VAR. The value is never echoed. */
+function tenantFlags(flags: string[]): TenantConfig[] {
+  const tenants: TenantConfig[] = [];
+  for (const t of flags) {
+    const m = /^([a-zA-Z0-9_.-]{1,64})=([A-Za-z_][A-Za-z0-9_]*)$/.exec(t);
+    if (m === null) {
+      const name = TENANT_NAME.exec(t)?.[1];
+      throw new UsageError(name === undefined
+        ? '--tenant: expected NAME=ENV_VAR (tenant name [a-zA-Z0-9_.-]{1,64}), got something else (not shown: it may hold a key)'
+        : `--tenant ${name}: expected NAME=ENV_VAR, the NAME of an environment variable after '=' (the value is not shown: it may be a key)`);
+    }
+    if (tenants.some((x) => x.name === m[1])) throw new UsageError(`--tenant ${m[1]}: given twice`);
+    if (!process.env[m[2]!]) throw new UsageError(`--tenant ${m[1]}: environment variable ${m[2]} is not set`);
+    tenants.push({ name: m[1]!, apiKeyEnv: m[2]! });
+  }
+  return tenants;
+}
+
+/** Longest --tenant-salt value accepted. */
+const MAX_SALT_CHARS = 256;
+
+/**
+ * `--tenant-salt NAME=SALT`: the cache_salt tenant NAME sends. A NAME no `--tenant` gave becomes a tenant
+ * of its own with the run's key, separated from the others only by the salt. A salt partitions a shared
+ * prefix cache, so it is treated like a key: never echoed.
+ */
+function withSalts(tenants: TenantConfig[], flags: string[]): TenantConfig[] {
+  const out = tenants.map((t) => ({ ...t }));
+  const salted = new Set<string>();
+  for (const f of flags) {
+    const name = TENANT_NAME.exec(f)?.[1];
+    if (name === undefined) throw new UsageError('--tenant-salt: expected NAME=SALT (tenant name [a-zA-Z0-9_.-]{1,64}), got something else (not shown: it may hold a secret)');
+    const salt = f.slice(name.length + 1);
+    // Printable ASCII without spaces: what a gateway can pass on unchanged in a JSON body and a shell line.
+    if (!/^[\x21-\x7e]+$/.test(salt) || salt.length > MAX_SALT_CHARS) {
+      throw new UsageError(`--tenant-salt ${name}: expected a salt of 1 to ${MAX_SALT_CHARS} printable characters without spaces after '=' (the value is not shown)`);
+    }
+    if (salted.has(name)) throw new UsageError(`--tenant-salt ${name}: given twice`);
+    salted.add(name);
+    const tenant = out.find((t) => t.name === name);
+    if (tenant !== undefined) tenant.cacheSalt = salt;
+    else out.push({ name, cacheSalt: salt });
+  }
+  return out;
 }
 
 function ballastHoldFlag(value: string): 'prompt' | 'generation' {
