@@ -64,7 +64,9 @@ describe('default budgets at full scale', () => {
       const runs = runsOver(target, 2 * 3_600_000);
       const measured = figures.scenarios.filter((r) => r.preset === preset).reduce((a, r) => a + (runs.get(r.name) ?? 0) * Math.max(r.sent, r.billed), 0);
       expect(budget, preset).toBeGreaterThanOrEqual(measured);
-      expect(budget, preset).toBeLessThanOrEqual(measured * BUDGET_HEADROOM * 2);
+      // Bounded above: it also holds the prefix scenarios' worst case (the escalated timing test, the reuse
+      // probes), which a healthy run seldom sends.
+      expect(budget, preset).toBeLessThanOrEqual(measured * BUDGET_HEADROOM * 3);
     }
   });
 });

@@ -66,7 +66,12 @@ function promptOf(body: Record<string, unknown>): string {
  * A well-behaved endpoint with a 4-chars-per-token tokenizer: it rejects over-limit prompts with vLLM's
  * text, echoes markers of the request's own prompt, and pads with random hex, base32 and word noise.
  */
-export async function echoNoiseServer(opts: { context?: number; seed?: number } = {}): Promise<FakeServer> {
+/**
+ * `prefillMsPerToken`: every completion's first byte waits that long per prompt token, as a real server's
+ * prefill does (a prompt-length-blind fake gives a timing test nothing to see, so "no prefix cache" could only
+ * ever be inconclusive on it).
+ */
+export async function echoNoiseServer(opts: { context?: number; seed?: number; prefillMsPerToken?: number } = {}): Promise<FakeServer> {
   const context = opts.context ?? 8192;
   let s = opts.seed ?? 1;
   const rand = (): number => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32);
@@ -102,6 +107,14 @@ export async function echoNoiseServer(opts: { context?: number; seed?: number } 
           },
         });
       }
+      if (opts.prefillMsPerToken !== undefined) {
+        setTimeout(() => answer(b, prompt, n, maxTokens), n * opts.prefillMsPerToken);
+        return;
+      }
+      return answer(b, prompt, n, maxTokens);
+    }
+    json(404, { error: { message: 'not found', type: 'NotFoundError', code: 404 } });
+    function answer(b: Record<string, unknown>, prompt: string, n: number, maxTokens: number): void {
       const own = prompt.match(/kvcanary-[a-z2-7]{26}/g) ?? [];
       const text = (own.length > 0 ? own[Math.floor(rand() * own.length)] + ' ' : '') + noise(rand, maxTokens * 3);
       const chat = req.url === '/v1/chat/completions';
@@ -118,9 +131,8 @@ export async function echoNoiseServer(opts: { context?: number; seed?: number } 
         return;
       }
       const choice = chat ? { index: 0, message: { role: 'assistant', content: text }, finish_reason: 'length' } : { index: 0, text, finish_reason: 'length' };
-      return json(200, { id: 'x', object: chat ? 'chat.completion' : 'text_completion', choices: [choice], usage });
+      json(200, { id: 'x', object: chat ? 'chat.completion' : 'text_completion', choices: [choice], usage });
     }
-    json(404, { error: { message: 'not found', type: 'NotFoundError', code: 404 } });
   });
 }
 

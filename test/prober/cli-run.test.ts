@@ -24,7 +24,8 @@ describe('kvcanary run: usage', () => {
 describe('kvcanary run: a well-behaved endpoint', () => {
   let server: FakeServer;
   beforeAll(async () => {
-    server = await echoNoiseServer();
+    // Prefill time grows with the prompt, as on a real server: a powered timing test can rule a cache out.
+    server = await echoNoiseServer({ prefillMsPerToken: 0.02 });
   });
   afterAll(() => server.close());
 

@@ -53,7 +53,11 @@ describe('no false positives on a self-echo/noise endpoint', () => {
       );
       const s = run.scenarios[0]!;
       expect(s.findings).toEqual([]);
-      expect(s.outcome, s.notes.join('\n')).toBe('not-applicable');  // no reuse at the escalated timing test's power: never a pass
+      // This server answers in about a millisecond whatever the prompt: a hit would save almost nothing, so
+      // absence is shown only when the timing test had the power to see it; otherwise inconclusive (power).
+      // Never a pass, never a finding.
+      expect(['not-applicable', 'inconclusive'], s.notes.join('\n')).toContain(s.outcome);
+      if (s.outcome === 'inconclusive') expect(s.reason).toBe('power');
     }
   });
 });

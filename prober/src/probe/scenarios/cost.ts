@@ -36,12 +36,24 @@ const CALIBRATION = 2_000;
  * windows), a ballast piece that ends is restarted, calibration misses by a few percent.
  */
 export const BUDGET_HEADROOM = 1.5;
+/**
+ * reuse-probe.ts, which prefix-churn and prefix-collision run when their own re-sends show no reuse: 24 rounds
+ * of a 2,048-token planted prefix, its re-send and a fresh one (each with a 64-token suffix and up to 48
+ * generated), and the suffix alone.
+ */
+const REUSE_PROBE = 24 * (3 * (2048 + 64 + 48) + 64 + 48);
 
 /** `kvcanary run`'s default budget: what the selected scenarios are expected to send, with headroom; `fallback` when none is priced. */
 export function runBudget(scenarios: readonly string[], sizes: EndpointSizes, tuning: ProbeTuning | undefined, fallback: number): number {
   let sent = 0;
-  for (const s of scenarios) sent += scenarioCost(s, sizes, tuning)?.sent ?? 0;
-  return sent > 0 ? Math.ceil(sent * BUDGET_HEADROOM) : fallback;
+  let unpriced = false;
+  for (const s of scenarios) {
+    const cost = scenarioCost(s, sizes, tuning);
+    if (cost === undefined) unpriced = true;
+    else sent += cost.sent;
+  }
+  // A scenario the endpoint's advertised sizes cannot price (none advertised) gets the fallback on top.
+  return Math.ceil(sent * BUDGET_HEADROOM) + (unpriced || sent === 0 ? fallback : 0);
 }
 
 const clamp = (x: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, x));
@@ -114,14 +126,18 @@ export function scenarioCost(scenario: string, s: EndpointSizes, t: ProbeTuning 
     case 'concurrent-interleave':
       return known ? concurrentInterleave(s, t, bound, out) : undefined;
     case 'prefix-isolation': {
-      // Per round: A's plant, A's control, B's read, each a prefix + suffix; two rounds' worth again when
-      // confirming; the timing pairs on top.
-      const per = 3 * ((t.prefixTokens ?? 512) + 64 + out);
-      return { sent: CALIBRATION + 2 * (t.timingPairs ?? 12) * per, computed: CALIBRATION + 2 * (t.timingPairs ?? 12) * per };
+      // Per round (prefix-isolation.ts): A's plant, A's control, B's read, a fresh prefix and the suffix alone;
+      // a confirmation set of rounds again; and, where the first timing test is too weak to state absence, once
+      // 24 rounds over prefixes 4x longer. Budgets hold the worst case, so a powered test is never cut short.
+      const prefix = t.prefixTokens ?? 512;
+      const round = (p: number): number => 4 * (p + 64 + out) + 64 + out;
+      const sent = CALIBRATION + 2 * (t.timingPairs ?? 12) * round(prefix) + 24 * round(4 * prefix);
+      return { sent, computed: sent };
     }
     case 'prefix-collision': {
       const per = (t.prefixTokens ?? 512) + out;
-      return { sent: CALIBRATION + 4 * per, computed: CALIBRATION + 4 * per };
+      const sent = CALIBRATION + 4 * per + REUSE_PROBE;
+      return { sent, computed: sent };
     }
     case 'prefix-churn': {
       const churnPool = s.largestPoolTokens ?? pool;
@@ -129,7 +145,8 @@ export function scenarioCost(scenario: string, s: EndpointSizes, t: ProbeTuning 
       if (churn === undefined) return undefined;
       const rounds = t.churnRounds ?? 2;
       const per = churn + 4 * ((t.prefixTokens ?? 512) + out);
-      return { sent: CALIBRATION + rounds * per, computed: CALIBRATION + rounds * per };
+      const sent = CALIBRATION + rounds * per + REUSE_PROBE;
+      return { sent, computed: sent };
     }
     default:
       return undefined;
