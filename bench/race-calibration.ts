@@ -223,11 +223,14 @@ async function main(): Promise<void> {
   const done = new Map<string, Row>();
   const records = new Map<string, RunRecord[]>(specs.map((s) => [s.id, []]));
   let startedAt = new Date().toISOString();
+  /** Rows already in the file that `--rows` did not select: kept as they are, never dropped by a rewrite. */
+  const kept: Row[] = [];
   if (process.argv.includes('--resume') && existsSync(out)) {
     const earlier = JSON.parse(readFileSync(out, 'utf8')) as { startedAt: string; rows: Row[] };
     startedAt = earlier.startedAt;
     for (const row of earlier.rows) {
-      if (row.complete) done.set(row.id, row);
+      if (!specs.some((s) => s.id === row.id)) kept.push(row);
+      else if (row.complete) done.set(row.id, row);
       else if (records.has(row.id)) records.set(row.id, row.records);
     }
   }
@@ -235,7 +238,8 @@ async function main(): Promise<void> {
   const write = (): void => {
     const rows = specs
       .filter((s) => done.has(s.id) || (records.get(s.id)?.length ?? 0) > 0)
-      .map((s) => done.get(s.id) ?? { id: s.id, ...summarise(s, records.get(s.id)!, runs) });
+      .map((s) => done.get(s.id) ?? { id: s.id, ...summarise(s, records.get(s.id)!, runs) })
+      .concat(kept);
     const doc = {
       command,
       scenario: defaultRuns ? 'default run (every default scenario)' : 'abort-race',
