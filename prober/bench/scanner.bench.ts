@@ -15,6 +15,7 @@ import { setFlagsFromString } from 'node:v8';
 import { BASE32_ALPHABET } from '../src/probe/markers.js';
 import { createMarkerRegistry, type MarkerRegistry } from '../src/probe/marker-registry.js';
 import { createScanner, type MarkerMatch, type ScanStats } from '../src/probe/scanner.js';
+import { mulberry32 as prng } from '../src/probe/seeded-random.js';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
@@ -33,17 +34,6 @@ const CHUNK = 64 * 1024;
 const MARKER_COUNTS = [1_000, 10_000, 100_000];
 const NAIVE_BUDGET_MS = quick ? 400 : 1500;
 
-/** mulberry32: a seeded PRNG so every run scans the same text. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const WORDS = (
   'the of and to in is you that it he was for on are as with his they at be this have from or one had by ' +

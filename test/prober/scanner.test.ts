@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { BASE32_ALPHABET, MARKER_PREFIX } from '../../prober/src/probe/markers.js';
 import { createMarkerRegistry, plantingRows, type MarkerEntry, type MarkerRegistry } from '../../prober/src/probe/marker-registry.js';
 import { ScannerError, createScanner, scanText, type MarkerMatch, type ReaderIdentity } from '../../prober/src/probe/scanner.js';
+import { mulberry32 as prng } from '../../prober/src/probe/seeded-random.js';
 
 const reader: ReaderIdentity = { requestId: 'reader-1', tenant: 'tenant-b', role: 'reader' };
 
@@ -14,17 +15,6 @@ function setup(): { registry: MarkerRegistry; planter: MarkerEntry; own: MarkerE
 
 const bodyOf = (entry: MarkerEntry): string => entry.marker.slice(MARKER_PREFIX.length);
 
-/** Seeded PRNG (mulberry32) so noise tests are reproducible. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const token = (rnd: () => number, alphabet: string, n: number): string =>
   Array.from({ length: n }, () => alphabet[Math.floor(rnd() * alphabet.length)]).join('');
 

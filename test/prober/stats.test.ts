@@ -5,18 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { median, minPairsFor, signFlipTest, StatsError, timingSideChannelTest, type PairedSample } from '../../prober/src/probe/stats.js';
+import { mulberry32 as rng } from '../../prober/src/probe/seeded-random.js';
 
-/** Seeded PRNG (mulberry32): simulations must be reproducible. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
 
 function normal(r: () => number): number {
   return Math.sqrt(-2 * Math.log(1 - r())) * Math.cos(2 * Math.PI * r());

@@ -17,6 +17,7 @@
  *   behind a slow noisy front, and counts how often a saving at or above the stated one was detected.
  */
 import { median, minPairsFor, type PairedSample } from './stats.js';
+import { mulberry32 } from './seeded-random.js';
 
 /** The power a "no reuse detectable" statement is made at. */
 export const STATED_POWER = 0.95;
@@ -94,16 +95,6 @@ function seedOf(xs: readonly number[]): number {
   return h;
 }
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
 
 /** Inverse standard normal CDF (Acklam's rational approximation, relative error < 1.2e-9). */
 export function normalQuantile(p: number): number {
