@@ -137,10 +137,15 @@ describe('prefix-cache faults and their defenses', () => {
   });
 
   it('weak-prefix-hash: a permuted block collides and serves another prompt\'s KV and text; strong-prefix-hash stops it', async () => {
-    const leaky = await permutedBlocks(await start({ faults: ['weak-prefix-hash'] }));
-    expect(leaky.cached).toBeGreaterThan(0);
-    expect(leaky.foreignReads).toBeGreaterThan(0);
-    expect(leaky.foreignText).toBe(true);
+    // Every collision reads A's pages (the counter); the answer shows A's text in 59 of 60 trials with fresh
+    // random markers (once the copy wandered off into the reversed blocks). Three trials: all read, one shows.
+    const trials: Outcome[] = [];
+    for (let i = 0; i < 3 && !trials.some((t) => t.foreignText); i++) trials.push(await permutedBlocks(await start({ faults: ['weak-prefix-hash'] })));
+    for (const leaky of trials) {
+      expect(leaky.cached).toBeGreaterThan(0);
+      expect(leaky.foreignReads).toBeGreaterThan(0);
+    }
+    expect(trials.some((t) => t.foreignText)).toBe(true);
     // Both on: the permuted block's weak key collides, and the token-by-token confirmation refuses it.
     const defended = await start({ faults: ['weak-prefix-hash'], defenses: ['strong-prefix-hash'] });
     expect(await permutedBlocks(defended)).toEqual({ cached: 0, foreignReads: 0, foreignText: false });

@@ -1,7 +1,7 @@
 /**
  * prefix-churn against the bundled engine: a prefix-cache entry that outlives its pages
  * (`prompt-cache-restore-race`, llama.cpp #27148's class) is found as a cross-request leak; fenced
- * restores and the correct cache pass; caching off is inconclusive, never a pass. Ground truth: the
+ * restores and the correct cache pass; caching off is never a pass. Ground truth: the
  * engine's own foreign-read counter and its count of stale restores refused.
  */
 import { afterEach, describe, expect, it } from 'vitest';
@@ -74,10 +74,18 @@ describe('prefix-churn against the bundled engine', () => {
     expect(foreignReads).toBe(0);
   }, 60_000);
 
-  it('prefix cache off: inconclusive (no reuse to observe), never a pass', async () => {
+  // Counters never conclude "no cache": the cycle's powered timing test does. It decides absence
+  // (not-applicable, with its figures) when it has the power, and says inconclusive (power) when this
+  // machine's timing noise denies it that; which one depends on load, so both are allowed: never a pass.
+  it('prefix cache off: not-applicable on a powered timing test, else inconclusive; never a pass', async () => {
     const { result } = await probe({ preset: 'single', prefixCache: false });
     expect(result.findings).toEqual([]);
-    expect(result.outcome).toBe('inconclusive');
-    expect(notes(result)).toMatch(/cached tokens are not reported/);
+    expect(['not-applicable', 'inconclusive'], notes(result)).toContain(result.outcome);
+    if (result.outcome === 'not-applicable') {
+      expect(notes(result)).toMatch(/prefix reuse: none: no prefix reuse detectable \(a saving >= \d+% would have shown with probability 0\.95/);
+      expect(notes(result)).toMatch(/not applicable: .*judged again every run/);
+    } else {
+      expect(notes(result)).toMatch(/cached tokens are not reported/);
+    }
   }, 60_000);
 });
