@@ -22,6 +22,17 @@ export interface RealLlamaRow {
   /** Pristine rows: runs with a finding above info or an exit other than 0. */
   falsePositives?: number;
   falsePositiveBound?: number | null;
+  /** Every run of the row: what the figures above are computed from. */
+  records?: {
+    exit: number | null;
+    ms: number;
+    kinds: string[];
+    aboveInfo: number;
+    /** Longest leaked marker text matched, and whether some leak was a whole marker body. */
+    longestLeak: number;
+    wholeMarker: boolean;
+    selfEcho: boolean;
+  }[];
 }
 
 export interface RealLlamaFigures {

@@ -8,10 +8,11 @@
  * Also the copier's prefill speed at -t 1 (one 8k-token prompt). Proportions with 95% Wilson intervals,
  * zero counts with their exact one-sided 95% bound. Needs scripts/setup-test-env.sh to have run.
  *
- *   npx tsx bench/real-llamacpp.ts [--runs N] [--configs NAME,...] [--out FILE]
+ *   npx tsx bench/real-llamacpp.ts [--runs N] [--configs NAME,...] [--out FILE] [--resume]
  *
- * Writes bench/real-llamacpp.json (or --out) after every configuration, merged with the rows already there
- * for configurations not run this time, and prints a table. Run it under `nice -n 10`.
+ * Writes bench/real-llamacpp.json (or --out) after every run, merged with the rows already there for
+ * configurations not run this time, and prints a table. Each row keeps its runs (`records`); `--resume`
+ * continues a row from them up to --runs instead of starting it again. Run it under `nice -n 10`.
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -36,16 +37,7 @@ const CONFIGS: Config[] = [
   { name: 'pristine -np 4 --kv-unified', args: ['-c', '4096', '-np', '4', '--kv-unified'] },
 ];
 
-interface RunRecord {
-  exit: number | null;
-  ms: number;
-  kinds: string[];
-  aboveInfo: number;
-  /** Longest leaked marker text matched, and whether some leak was a whole marker body. */
-  longestLeak: number;
-  wholeMarker: boolean;
-  selfEcho: boolean;
-}
+type RunRecord = NonNullable<RealLlamaRow['records']>[number];
 
 function arg(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
@@ -99,23 +91,8 @@ async function measurePrefill(): Promise<RealLlamaFigures['prefill']> {
   }
 }
 
-async function runConfig(config: Config, runs: number): Promise<RealLlamaRow> {
-  const server = await startLlamaServer([...config.args, ...THREADS], {
-    model: COPIER_MODEL,
-    ...(config.fault !== undefined ? { binary: FAULTS_SERVER, faults: [config.fault] } : {}),
-  });
-  const home = mkdtempSync(join(tmpdir(), 'kvc-bench-real-'));
-  const records: RunRecord[] = [];
-  try {
-    for (let i = 0; i < runs; i++) {
-      const rec = await runCli(server.url, home);
-      records.push(rec);
-      process.stderr.write(`${config.name} run ${i + 1}/${runs}: exit ${rec.exit}, ${(rec.ms / 1000).toFixed(0)} s, ${rec.kinds.join(',') || 'no findings'}\n`);
-    }
-  } finally {
-    await server.stop();
-    rmSync(home, { recursive: true, force: true });
-  }
+/** A row's figures from its runs (this invocation's and, with --resume, the file's). */
+function summarize(config: Config, records: RunRecord[], faultFirings: number): RealLlamaRow {
   const exits: Record<string, number> = {};
   for (const r of records) exits[String(r.exit)] = (exits[String(r.exit)] ?? 0) + 1;
   const s = records.map((r) => r.ms / 1000).sort((a, b) => a - b);
@@ -127,7 +104,8 @@ async function runConfig(config: Config, runs: number): Promise<RealLlamaRow> {
     selfEchoRuns: records.filter((r) => r.selfEcho).length,
     medianRunS: Math.round(s[Math.floor(s.length / 2)]! * 10) / 10,
     maxRunS: Math.round(s[s.length - 1]! * 10) / 10,
-    faultFirings: Object.values(server.faultsFired()).reduce((a, b) => a + b, 0),
+    faultFirings,
+    records,
   };
   if (config.fault !== undefined) {
     const caught = records.filter((r) => r.exit === 1 && r.kinds.includes('cross-request-leak')).length;
@@ -135,6 +113,30 @@ async function runConfig(config: Config, runs: number): Promise<RealLlamaRow> {
   }
   const falsePositives = records.filter((r) => r.aboveInfo > 0 || r.exit !== 0).length;
   return { ...base, falsePositives, falsePositiveBound: falsePositives === 0 ? zeroEventUpperBound(records.length) : null };
+}
+
+/** Runs `config` until it has `runs` runs (counting `prior`'s), handing the row to `save` after every run. */
+async function runConfig(config: Config, runs: number, prior: RealLlamaRow | undefined, save: (row: RealLlamaRow) => void): Promise<void> {
+  const records: RunRecord[] = [...(prior?.records ?? [])];
+  if (records.length >= runs) return;
+  const server = await startLlamaServer([...config.args, ...THREADS], {
+    model: COPIER_MODEL,
+    ...(config.fault !== undefined ? { binary: FAULTS_SERVER, faults: [config.fault] } : {}),
+  });
+  const firedBefore = prior?.faultFirings ?? 0;
+  const fired = (): number => firedBefore + Object.values(server.faultsFired()).reduce((a, b) => a + b, 0);
+  const home = mkdtempSync(join(tmpdir(), 'kvc-bench-real-'));
+  try {
+    while (records.length < runs) {
+      const rec = await runCli(server.url, home);
+      records.push(rec);
+      process.stderr.write(`${config.name} run ${records.length}/${runs}: exit ${rec.exit}, ${(rec.ms / 1000).toFixed(0)} s, ${rec.kinds.join(',') || 'no findings'}\n`);
+      save(summarize(config, records, fired()));
+    }
+  } finally {
+    await server.stop();
+    rmSync(home, { recursive: true, force: true });
+  }
 }
 
 const runs = Number(arg('runs') ?? 20);
@@ -174,10 +176,13 @@ const figures: RealLlamaFigures = {
   rows: [...(previous?.rows ?? [])],
 };
 process.stderr.write(`copier prefill: ${figures.prefill.tokens} tokens in ${figures.prefill.ms} ms at -t 1\n`);
+const resume = process.argv.includes('--resume');
 for (const config of CONFIGS.filter((c) => wanted === undefined || wanted.includes(c.name))) {
-  const row = await runConfig(config, runs);
-  figures.rows = [...figures.rows.filter((r) => r.config !== row.config), row].sort((a, b) => CONFIGS.findIndex((c) => c.name === a.config) - CONFIGS.findIndex((c) => c.name === b.config));
-  figures.loadAverage.end = loadavg()[0]!;
-  writeFileSync(out, JSON.stringify(figures, null, 2) + '\n');
+  const prior = resume ? previous?.rows.find((r) => r.config === config.name && r.records !== undefined) : undefined;
+  await runConfig(config, runs, prior, (row) => {
+    figures.rows = [...figures.rows.filter((r) => r.config !== row.config), row].sort((a, b) => CONFIGS.findIndex((c) => c.name === a.config) - CONFIGS.findIndex((c) => c.name === b.config));
+    figures.loadAverage.end = loadavg()[0]!;
+    writeFileSync(out, JSON.stringify(figures, null, 2) + '\n');
+  });
 }
 process.stdout.write(figures.rows.map((r) => `${r.config}: ${r.runs} runs, ${r.fault !== undefined ? `caught ${r.caught}` : `false positives ${r.falsePositives}`}, median ${r.medianRunS} s`).join('\n') + '\n');
