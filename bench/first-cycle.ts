@@ -9,14 +9,15 @@
  * serve's first cycle in /api/runs, stops everything and starts the next round. A replica's first cycle is
  * one sample: for each scenario, whether it was inconclusive, and why (its reason and first note).
  *
- *   nice -n 10 npx tsx bench/first-cycle.ts [--cycles 102] [--replicas 3] [--scale 64] [--hog 0] [--timeout 2m] [--out FILE]
+ *   nice -n 10 npx tsx bench/first-cycle.ts [--cycles 102] [--replicas 3] [--scale 64] [--hog 0] [--timeout 2m] [--out FILE] [--resume]
  *
  * Writes bench/first-cycle.json (or --out) after every round: per scenario the inconclusive count over the
  * cycles with a 95% Wilson interval (or the exact one-sided bound at zero), and every inconclusive with its
- * reason and notes; and the load average at start and end.
+ * reason and notes; and the load average at start and end. It keeps every cycle's per-scenario outcomes
+ * (`samples`), so `--resume` continues a stopped run up to --cycles.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -158,12 +159,21 @@ function summarize(samples: readonly CycleSample[]): object {
   return { scenarios, cyclesWithAnyInconclusive: proportion(anyInc.length, samples.length) };
 }
 
+/** `--resume`: the samples, harness errors and start of the file's run, to continue it. */
+function previousRun(): { samples: CycleSample[]; failedRounds: { round: number; error: string }[]; startedAt: string; load0: number } | undefined {
+  if (!process.argv.includes('--resume') || !existsSync(OUT)) return undefined;
+  const doc = JSON.parse(readFileSync(OUT, 'utf8')) as { samples?: CycleSample[]; harnessErrors?: { round: number; error: string }[]; startedAt: string; loadAverage: { start: number } };
+  if (doc.samples === undefined) throw new Error(`--resume: ${OUT} has no per-cycle samples (written before --resume existed)`);
+  return { samples: doc.samples, failedRounds: doc.harnessErrors ?? [], startedAt: doc.startedAt, load0: doc.loadAverage.start };
+}
+
 async function main(): Promise<void> {
-  const started = new Date().toISOString();
-  const load0 = loadavg()[0]!;
+  const prior = previousRun();
+  const started = prior?.startedAt ?? new Date().toISOString();
+  const load0 = prior?.load0 ?? loadavg()[0]!;
   const hogs = startHogs(HOGS);
-  const samples: CycleSample[] = [];
-  const failedRounds: { round: number; error: string }[] = [];
+  const samples: CycleSample[] = prior?.samples ?? [];
+  const failedRounds: { round: number; error: string }[] = prior?.failedRounds ?? [];
   const write = (): void => {
     writeFileSync(OUT, JSON.stringify({
       command: `nice -n 10 npx tsx bench/first-cycle.ts --cycles ${CYCLES} --replicas ${REPLICAS} --scale ${SCALE} --hog ${HOGS}${TIMEOUT === '' ? '' : ` --timeout ${TIMEOUT}`}`,
@@ -173,10 +183,12 @@ async function main(): Promise<void> {
       inconclusives: samples.flatMap((s) => Object.entries(s.scenarios).filter(([, x]) => x.outcome === 'inconclusive')
         .map(([scenario, x]) => ({ round: s.round, replica: s.replica, scenario, reason: x.reason ?? null, notes: x.notes }))),
       cycleOutcomes: samples.map((s) => ({ round: s.round, replica: s.replica, outcome: s.outcome, ms: Math.round(s.ms) })),
+      samples,
     }, null, 2) + '\n');
   };
   try {
-    for (let i = 0; samples.length < CYCLES; i++) {
+    const firstRound = Math.max(-1, ...samples.map((x) => x.round), ...failedRounds.map((x) => x.round)) + 1;
+    for (let i = firstRound; samples.length < CYCLES; i++) {
       let got: CycleSample[];
       try {
         got = await round(i);
