@@ -144,7 +144,7 @@ export const RSS_GOALS: ReadonlyArray<readonly [number, number]> = [[50, 120], [
 const mb = (mib: number): string => (mib * 2 ** 20 / 1e6).toFixed(1);
 
 /**
- * README.md's sizing table (Fleet), and whether the goals are met, from bench/scale.json: by every scenario
+ * docs/fleet.md's sizing table, and whether the goals are met, from bench/scale.json: by every scenario
  * set measured at a goal's size with the image's runtime (a replica's first cycle, and each cycle where the
  * hourly tiers fall due, runs every scenario; the others only the cheap tier).
  */
