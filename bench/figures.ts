@@ -1,7 +1,7 @@
 /**
- * The figures README.md and engine-under-test/README.md quote, rendered from the stored JSON of the run that
- * measured them (bench/report.json, bench/timing.json, bench/scale.json,
- * engine-under-test/bench/results/*.json). Each README
+ * The figures docs/measured.md, docs/fleet.md and engine-under-test/README.md quote, rendered from the stored
+ * JSON of the run that measured them (bench/report.json, bench/timing.json, bench/scale.json,
+ * engine-under-test/bench/results/*.json). Each document
  * holds the rendering between `<!-- figures:NAME:start -->` and `<!-- figures:NAME:end -->` markers, and
  * test/e2e/bench-report.test.ts checks that what is there is exactly what these functions render from the
  * JSON, so a figure cannot drift from its run. Pure: no I/O.
@@ -55,7 +55,7 @@ export function markedBlock(doc: string, name: string): string | undefined {
   return m?.[1];
 }
 
-/** README.md's "Measured" headline, from report.json. */
+/** docs/measured.md's headline, from report.json. */
 export function measuredHeadline(r: BenchReport): string {
   const m = r.sections.matrix?.result;
   const lines: string[] = [];
@@ -98,7 +98,7 @@ export function copyFidelityHeadline(cf: CopyFidelityResult): string {
   );
 }
 
-/** README.md's timing paragraph, from bench/timing.json. */
+/** docs/measured.md's timing paragraph, from bench/timing.json. */
 export function timingParagraph(t: TimingFigures): string {
   const row = (setting: string, shared: boolean) => t.rows.find((x) => x.setting.startsWith(setting) && x.shared === shared);
   const d = row('default', true);
@@ -117,7 +117,7 @@ export function timingParagraph(t: TimingFigures): string {
 export function ttftSentence(t: TtftFigures): string {
   return (
     `Time to first token (\`${t.command}\`, ${t.preset === 'single' ? 'single node' : t.preset}, scale ${t.scale}, a ${int(t.promptTokens)}-token ` +
-    `prompt, ${t.rounds} interleaved rounds; stored in [bench/results/prefix-ttft.json](bench/results/prefix-ttft.json)): miss ${t.miss.medianTtftMs.toFixed(1)} ms median with ` +
+    `prompt, ${t.rounds} interleaved rounds; stored in [bench/results/prefix-ttft.json](engine-under-test/bench/results/prefix-ttft.json)): miss ${t.miss.medianTtftMs.toFixed(1)} ms median with ` +
     `${int(t.miss.prefilledTokens)} tokens prefilled; hit ${t.hit.medianTtftMs.toFixed(1)} ms with ${int(t.hit.prefilledTokens)} tokens prefilled ` +
     `(\`cached_tokens\` ${int(t.hit.cachedTokens)}), ${(t.miss.medianTtftMs / t.hit.medianTtftMs).toFixed(1)}x.\n`
   );
@@ -144,7 +144,7 @@ export const RSS_GOALS: ReadonlyArray<readonly [number, number]> = [[50, 120], [
 const mb = (mib: number): string => (mib * 2 ** 20 / 1e6).toFixed(1);
 
 /**
- * README.md's sizing table (Fleet), and whether the goals are met, from bench/scale.json: by every scenario
+ * docs/fleet.md's sizing table, and whether the goals are met, from bench/scale.json: by every scenario
  * set measured at a goal's size with the image's runtime (a replica's first cycle, and each cycle where the
  * hourly tiers fall due, runs every scenario; the others only the cheap tier).
  */

@@ -1,5 +1,5 @@
 /**
- * bench/full-scale.json's shape, the daily totals it carries, and the README table rendered from it. The
+ * bench/full-scale.json's shape, the daily totals it carries, and the docs/cost.md table rendered from it. The
  * daily totals are for a healthy target (`remediated`): each scenario's measured tokens per run times its
  * runs in a day under serve's default cost tiers, and with every scenario every cycle (scenario-schedule.ts
  * runsOver on the product's own parsed defaults). Pure apart from parsing those two configs.
@@ -62,7 +62,7 @@ export function dailyTotals(rows: readonly FullScaleRow[]): FullScaleFigures['da
 const int = (n: number): string => Math.round(n).toLocaleString('en-US');
 const millions = (n: number): string => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} billion` : `${(n / 1e6).toFixed(1)} M`);
 
-/** README.md's per-scenario full-scale cost table and daily totals, from bench/full-scale.json. */
+/** docs/cost.md's per-scenario full-scale cost table and daily totals, from bench/full-scale.json. */
 export function fullScaleTable(f: FullScaleFigures): string {
   const presets = [...new Set(f.scenarios.map((r) => r.preset))];
   const measured = new Set(f.scenarios.map((r) => r.name));
@@ -93,7 +93,7 @@ export function fullScaleTable(f: FullScaleFigures): string {
     ...names.map((n) => `| \`${n}\` | ${presets.map((p) => cell(n, p)).join(' | ')} |`),
     '',
     ...(longest === undefined ? [] : [`Peak RSS over these runs: engine ${peak('enginePeakMiB')} MiB, prober ${peak('proberPeakMiB')} MiB; the longest run \`${longest.name}\` against \`${longest.preset}\`, ${int(longestSeconds ?? 0)} s (each run's wall time and peak memory are in the JSON's \`runs\`).`, '']),
-    ...(unmeasuredHealthy.length === 0 ? [] : [`Not measured: ${(f.unmeasured ?? []).map((u) => `\`${u}\``).join(', ')} ([docs/cost.md](docs/cost.md) says why); the daily totals below leave ${unmeasuredHealthy.join(', ')} out.`, '']),
+    ...(unmeasuredHealthy.length === 0 ? [] : [`Not measured: ${(f.unmeasured ?? []).map((u) => `\`${u}\``).join(', ')} ([What was not measured](docs/cost.md#what-was-not-measured-and-what-the-runs-found) says why); the daily totals below leave ${unmeasuredHealthy.join(', ')} out.`, '']),
     `A day for one healthy (\`${HEALTHY_PRESET}\`) full-scale target on the default ${formatDuration(tiers.schedule.intervalMs)} interval: ` +
       `the default cost tiers (${schedule}) **${millions(f.daily.defaultTiers.computed)} tokens computed**, ${millions(f.daily.defaultTiers.sent)} sent; ` +
       `every scenario every cycle **${millions(f.daily.everyCycle.computed)} computed**, ${millions(f.daily.everyCycle.sent)} sent.`,

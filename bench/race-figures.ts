@@ -1,5 +1,5 @@
 /**
- * README.md's race tables, rendered from bench/races-fresh.json (bench/races.ts --fresh) and bench/default-runs.json
+ * docs/measured.md's race tables, rendered from bench/races-fresh.json (bench/races.ts --fresh) and bench/default-runs.json
  * (bench/default-runs.ts) like the other figure blocks (render-figures.ts). Pure: no I/O.
  */
 

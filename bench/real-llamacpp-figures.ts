@@ -1,5 +1,5 @@
 /**
- * README.md's "real llama.cpp" table, rendered from bench/real-llamacpp.json (bench/real-llamacpp.ts, `npm run
+ * docs/measured.md's "Real llama.cpp" table, rendered from bench/real-llamacpp.json (bench/real-llamacpp.ts, `npm run
  * bench:real`) like the other figure blocks (render-figures.ts). Pure: no I/O.
  */
 import type { Proportion } from './proportion.js';

@@ -1,11 +1,13 @@
 /**
- * `npx tsx bench/render-figures.ts [--check]`: writes the figures README.md and engine-under-test/README.md
- * quote into their marked blocks, rendered (bench/figures.ts) from the stored JSON of the runs that
- * measured them. With --check it changes nothing and exits 1 if a block differs (what
- * test/e2e/bench-report.test.ts asserts too). Rerun it after refreshing a JSON.
+ * `npx tsx bench/render-figures.ts [--check]`: writes the figures the documents quote (docs/measured.md,
+ * docs/cost.md, docs/fleet.md, engine-under-test/README.md) into their marked blocks, rendered
+ * (bench/figures.ts) from the stored JSON of the runs that measured them. Renderers write link targets
+ * relative to the repository root; each is rewritten relative to the document holding the block. With
+ * --check it changes nothing and exits 1 if a block differs (what test/e2e/bench-report.test.ts asserts
+ * too). Rerun it after refreshing a JSON.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, posix } from 'node:path';
 import { REPO_ROOT } from './child.js';
 import { markedBlock, measuredHeadline, prefixFaultTable, sizingTable, timingParagraph, ttftSentence, type PrefixFaultFigures, type ScaleFigures, type TimingFigures, type TtftFigures } from './figures.js';
 import type { BenchReport } from './report.js';
@@ -14,33 +16,50 @@ import { defaultRunsTable, raceCalibrationTable, raceTable, type DefaultRunFigur
 import { realLlamaTable, type RealLlamaFigures } from './real-llamacpp-figures.js';
 
 export interface FigureBlock {
-  /** Repository-relative document holding the block. */
+  /** Repository-relative document holding the block (its links are rewritten relative to it). */
   doc: string;
   name: string;
   /** Repository-relative JSON the block is rendered from. */
   source: string;
+  /** The block's Markdown, link targets relative to the repository root. */
   render(json: unknown): string;
 }
 
 export const FIGURE_BLOCKS: readonly FigureBlock[] = [
-  { doc: 'README.md', name: 'measured', source: 'bench/report.json', render: (j) => measuredHeadline(j as BenchReport) },
-  { doc: 'README.md', name: 'daily-cost', source: 'bench/full-scale.json', render: (j) => fullScaleTable(j as FullScaleFigures) },
-  { doc: 'README.md', name: 'timing', source: 'bench/timing.json', render: (j) => timingParagraph(j as TimingFigures) },
-  { doc: 'README.md', name: 'races', source: 'bench/races-fresh.json', render: (j) => raceTable(j as RaceFigures) },
-  { doc: 'README.md', name: 'race-calibration', source: 'bench/race-calibration.json', render: (j) => raceCalibrationTable(j as RaceCalibrationFigures) },
-  { doc: 'README.md', name: 'default-runs', source: 'bench/default-runs.json', render: (j) => defaultRunsTable(j as DefaultRunFigures) },
-  { doc: 'README.md', name: 'real-llamacpp', source: 'bench/real-llamacpp.json', render: (j) => realLlamaTable(j as RealLlamaFigures) },
-  { doc: 'README.md', name: 'sizing', source: 'bench/scale.json', render: (j) => sizingTable(j as ScaleFigures) },
+  { doc: 'docs/measured.md', name: 'measured', source: 'bench/report.json', render: (j) => measuredHeadline(j as BenchReport) },
+  { doc: 'docs/cost.md', name: 'daily-cost', source: 'bench/full-scale.json', render: (j) => fullScaleTable(j as FullScaleFigures) },
+  { doc: 'docs/measured.md', name: 'timing', source: 'bench/timing.json', render: (j) => timingParagraph(j as TimingFigures) },
+  { doc: 'docs/measured.md', name: 'races', source: 'bench/races-fresh.json', render: (j) => raceTable(j as RaceFigures) },
+  { doc: 'docs/measured.md', name: 'race-calibration', source: 'bench/race-calibration.json', render: (j) => raceCalibrationTable(j as RaceCalibrationFigures) },
+  { doc: 'docs/measured.md', name: 'default-runs', source: 'bench/default-runs.json', render: (j) => defaultRunsTable(j as DefaultRunFigures) },
+  { doc: 'docs/measured.md', name: 'real-llamacpp', source: 'bench/real-llamacpp.json', render: (j) => realLlamaTable(j as RealLlamaFigures) },
+  { doc: 'docs/fleet.md', name: 'sizing', source: 'bench/scale.json', render: (j) => sizingTable(j as ScaleFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-ttft', source: 'engine-under-test/bench/results/prefix-ttft.json', render: (j) => ttftSentence(j as TtftFigures) },
   { doc: 'engine-under-test/README.md', name: 'prefix-fault-rates', source: 'engine-under-test/bench/results/prefix-fault-rates.json', render: (j) => prefixFaultTable(j as PrefixFaultFigures) },
 ];
+
+/**
+ * `markdown` with every relative link target (repository-relative, as renderers write them) rewritten
+ * relative to the document `doc`: `bench/x.json` is `../bench/x.json` from docs/, and a link into `doc`
+ * itself keeps only its anchor. Absolute URLs and bare anchors are left alone.
+ */
+export function linksRelativeTo(doc: string, markdown: string): string {
+  const from = posix.dirname(doc);
+  return markdown.replace(/\]\(([^)\s]+)\)/g, (whole, target: string) => {
+    if (/^[a-z][a-z0-9+.-]*:/i.test(target) || target.startsWith('#') || target.startsWith('/')) return whole;
+    const [path, anchor] = target.split('#', 2) as [string, string | undefined];
+    const suffix = anchor === undefined ? '' : `#${anchor}`;
+    if (path === doc) return `](${suffix === '' ? '#' : suffix})`;
+    return `](${posix.relative(from, path)}${suffix})`;
+  });
+}
 
 /** Each block as the document has it and as its JSON renders it. */
 export function figureBlocks(root = REPO_ROOT): { block: FigureBlock; documented: string | undefined; rendered: string }[] {
   return FIGURE_BLOCKS.map((block) => ({
     block,
     documented: markedBlock(readFileSync(join(root, block.doc), 'utf8'), block.name),
-    rendered: block.render(JSON.parse(readFileSync(join(root, block.source), 'utf8'))),
+    rendered: linksRelativeTo(block.doc, block.render(JSON.parse(readFileSync(join(root, block.source), 'utf8')))),
   }));
 }
 

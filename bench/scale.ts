@@ -16,7 +16,7 @@
  * are judged on the worst run), CPU per target-cycle is the median.
  *
  *   nice -n 10 npm run bench:scale [-- --sizes 50,200,1000] [--full 50] [--node-defaults 1000] [--repeat 3]
- *   npx tsx bench/render-figures.ts    # then: README.md's sizing table from bench/scale.json
+ *   npx tsx bench/render-figures.ts    # then: docs/fleet.md's sizing table from bench/scale.json
  */
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';

@@ -10,7 +10,7 @@
  * effect (how much shorter B's median TTFT was on A's prefix) and the median p-value of the one-sided
  * paired permutation test. The side-channel finding also needs the effect to clear `timingMinEffect`.
  * Figures are counts and ratios from this one run; the machine is shared and noisy. With --json they are
- * also written to FILE (bench/timing.json is the stored run README.md quotes; a test checks the two agree).
+ * also written to FILE (bench/timing.json is the stored run docs/measured.md quotes; a test checks the two agree).
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';

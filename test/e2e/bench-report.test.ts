@@ -429,7 +429,7 @@ describe('copy fidelity', () => {
 });
 
 describe('published figures', () => {
-  it('every figure block in README.md and engine-under-test/README.md is what its stored JSON renders', () => {
+  it('every figure block in docs/ and engine-under-test/README.md is what its stored JSON renders', () => {
     for (const { block, documented, rendered } of figureBlocks()) {
       expect(documented, `${block.doc} has no figures:${block.name} block`).toBeDefined();
       expect(documented, `${block.doc} figures:${block.name} differs from ${block.source} (run npx tsx bench/render-figures.ts)`).toBe(rendered);

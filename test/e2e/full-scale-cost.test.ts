@@ -1,6 +1,6 @@
 /**
  * What probing costs a full-scale endpoint, as measured (bench/full-scale.json, every scenario once at scale
- * 1 against the incident and remediated engines) and as README.md quotes it; and that the default budgets
+ * 1 against the incident and remediated engines) and as docs/cost.md quotes it; and that the default budgets
  * follow from it: the sizes the endpoint advertises price every scenario at least as high as what it was
  * measured to send, so neither a default `kvcanary run` nor serve's derived hourly budget cuts a scenario
  * short on a full-scale endpoint.
@@ -26,8 +26,8 @@ function advertised(preset: string): EndpointSizes {
 }
 
 describe('bench/full-scale.json', () => {
-  it('holds every scenario against both presets, in the shape the README is rendered from, with daily totals of the current tiers', () => {
-    // Every scenario against both presets, or named as not measured (README and the daily totals say so).
+  it('holds every scenario against both presets, in the shape docs/cost.md is rendered from, with daily totals of the current tiers', () => {
+    // Every scenario against both presets, or named as not measured (docs/cost.md and the daily totals say so).
     for (const preset of ['incident', 'remediated']) {
       const missing = (figures.unmeasured ?? []).filter((u) => u.startsWith(`${preset}/`)).map((u) => u.slice(preset.length + 1));
       expect([...figures.scenarios.filter((r) => r.preset === preset).map((r) => r.name), ...missing].sort()).toEqual([...SCENARIO_NAMES].sort());
@@ -39,9 +39,9 @@ describe('bench/full-scale.json', () => {
     expect(figures.daily).toEqual(dailyTotals(figures.scenarios));
   });
 
-  it('README.md quotes exactly what bench/full-scale.json renders', () => {
+  it('docs/cost.md quotes exactly what bench/full-scale.json renders', () => {
     const block = figureBlocks().find((b) => b.block.name === 'daily-cost')!;
-    expect(block.documented, 'README.md figures:daily-cost differs from bench/full-scale.json (run npx tsx bench/render-figures.ts)').toBe(block.rendered);
+    expect(block.documented, `${block.block.doc} figures:daily-cost differs from bench/full-scale.json (run npx tsx bench/render-figures.ts)`).toBe(block.rendered);
   });
 });
 

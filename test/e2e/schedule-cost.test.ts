@@ -1,6 +1,6 @@
 /**
  * The daily token cost bench/REPORT.md projects: the bench's per-scenario projection times the runs a day of
- * serve's own default schedule (and of every scenario every cycle). README.md quotes the measured full-scale
+ * serve's own default schedule (and of every scenario every cycle). docs/cost.md quotes the measured full-scale
  * costs instead (test/e2e/full-scale-cost.test.ts).
  */
 import { describe, expect, it } from 'vitest';

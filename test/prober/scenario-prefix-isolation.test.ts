@@ -73,7 +73,7 @@ describe('prefix-isolation', { timeout: 180_000 }, () => {
   it('finds a cache shared across configured tenants (different keys), by cached tokens and by timing, naming both tenants', async () => {
     const result = await probe({ ignoreSalt: true }, [{ name: 'tenant-a', apiKeyEnv: 'KVC_TEST_A' }, { name: 'tenant-b', apiKeyEnv: 'KVC_TEST_B' }], { KVC_TEST_A: 'sk-a-0000000001', KVC_TEST_B: 'sk-b-0000000002' });
     expect(result.outcome).toBe('fail');
-    // Timing power falls on a busy host (README, bench:timing): the cached tokens decide, timing adds where it fires.
+    // Timing power falls on a busy host (docs/measured.md, bench:timing): the cached tokens decide, timing adds where it fires.
     expect(kinds(result)).toContain('prefix-cache-shared-across-tenants');
     const shared = find(result, 'prefix-cache-shared-across-tenants')!;
     expect(shared.severity).toBe('critical');

@@ -1,7 +1,7 @@
 /**
  * deploy/ kept consistent with the code: the ConfigMap's config passes check-config's validation, the
  * PrometheusRule is exactly the rules files, the StatefulSet's args are flags `serve` accepts and its ports,
- * Service, ServiceMonitor and shard environment agree, and the Dockerfile is what the README promises.
+ * Service, ServiceMonitor and shard environment agree, and the Dockerfile is what docs/deployment.md promises.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -117,7 +117,7 @@ describe('deploy/k8s', () => {
   });
 
   it('the store volume holds a shard of the targets the memory limit holds with every scenario (bench/scale.json), from the per-target figure (bench/markers.json)', () => {
-    // The most targets running every scenario that bench:scale measured within the memory limit (README
+    // The most targets running every scenario that bench:scale measured within the memory limit (docs/fleet.md
     // "Sizing", bench/scale.json: 50); 26 weeks of the kept record.
     const limitMiB = Number(/^(\d+)Mi$/.exec(container.resources.limits.memory as string)![1]);
     const rows = (JSON.parse(readFileSync(join(root, 'bench', 'scale.json'), 'utf8')) as { rows: Array<{ set: string; heap: string; targets: number; rssMaxMiB: number }> }).rows;

@@ -35,7 +35,7 @@ schedule:
   jitter: 30s
   # Cost tiers (the defaults): each scenario listed runs once per its interval, the others (capacity-audit,
   # which sends no prompts) every cycle. A key given overrides its default; \`NAME: every_cycle\` drops one
-  # tier, \`scenarios: every_cycle\` all of them: every scenario every cycle (README "Production use", Token cost).
+  # tier, \`scenarios: every_cycle\` all of them: every scenario every cycle (docs/cost.md "Cost tiers (the default)").
   scenarios:
 ${tiers}
 

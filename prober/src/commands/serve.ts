@@ -32,7 +32,7 @@ import { useBaselineWasmCompiler } from '../service/wasm-compiler.js';
 
 const USAGE = `usage: kvcanary serve [--config FILE] [--listen HOST:PORT] [--shard INDEX/COUNT]
 
-  --config FILE       YAML config of targets, schedule, budgets (README "Production use");
+  --config FILE       YAML config of targets, schedule, budgets (docs/configuration.md "Reference");
                       without it: the embedded demo against two bundled engines
   --listen HOST:PORT  where /metrics, /healthz and the status page are served
                       (default 127.0.0.1:9464; port 0 picks a free one)

@@ -14,7 +14,7 @@
  * born inside its window with its whole value, and a histogram of zeros has no quantile to show. The
  * finding alerts read kvcanary_open_findings instead (open-findings.ts), which an ack closes at once.
  * Pre-creating everything took 24 KiB of heap per target with two scenarios and 91 KiB with all eight
- * (now 5.6 and 18; README "Sizing"), most of it prom-client's histogram buckets: the histograms here are
+ * (now 5.6 and 18; docs/fleet.md "Sizing"), most of it prom-client's histogram buckets: the histograms here are
  * CompactHistogram for that reason.
  *
  * Gauges that state a fact (last-run time, target up, capacity) are left absent until the fact is known: a

@@ -16,7 +16,7 @@ import type { ScheduleConfig } from './config.js';
  * minutes, the racing scenarios and prefix-isolation hourly, overlimit-handoff (it plants the whole pool to
  * show a leak's markers; the rejection it also checks is the cheap tier's) every six hours, the prefix-cache
  * scenarios that churn the whole pool daily. What this costs a full-scale endpoint a day is measured in
- * bench/full-scale.json (README "Sizing the cost"; docs/cost.md).
+ * bench/full-scale.json (docs/cost.md "Sizing the cost").
  */
 export const DEFAULT_SCENARIO_INTERVALS: Readonly<Record<string, string>> = {
   'overlimit-rejection': '15m',

@@ -50,7 +50,7 @@ const ABORT_FRACTIONS = [0.15, 0.3, 0.1, 0.4, 0.2, 0.05, 0.5, 0.25];
  * prompt re-sent and aborted early three times (a load of it from the host tier, or its prefill, still landing
  * when readers take its pages), then a fresh planter aborted mid-transfer. The re-sends carry the load race:
  * on FIFO free lists a first re-send misses about one time in five, and a second or third mostly catches it
- * (README "Race recall": with one re-send per group the FIFO cells were caught in 0.77-0.95 of runs; with
+ * (docs/measured.md "Race recall": with one re-send per group the FIFO cells were caught in 0.77-0.95 of runs; with
  * three, in 100 of 100 first-contact runs each).
  */
 const PHASES = ['mid-stream', 'resend', 'resend', 'resend', 'mid-transfer'] as const;
