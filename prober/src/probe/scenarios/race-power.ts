@@ -25,9 +25,9 @@ export const ABORT_RACE_WINDOWS = 29;
 /** The lowest fault rate (fraction of eligible events) at which the calibration holds. */
 export const ABORT_RACE_DETECTABLE_RATE = 0.5;
 /** The per-run recall the calibration shows at rates >= ABORT_RACE_DETECTABLE_RATE (Wilson 95% lower bound). */
-export const ABORT_RACE_CONFIDENCE = 0.83;
+export const ABORT_RACE_CONFIDENCE = 0.74;
 /** The engine faults the statement was measured on (finished rows at rates >= the stated rate, FIFO and LIFO). */
-export const ABORT_RACE_MEASURED_FAULTS: readonly string[] = ['late-write'];
+export const ABORT_RACE_MEASURED_FAULTS: readonly string[] = ['late-write', 'offload-release-race'];
 
 /** abort-race's counted windows by what they can show. */
 export interface AbortWindows {
