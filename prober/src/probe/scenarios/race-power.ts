@@ -29,6 +29,24 @@ export const ABORT_RACE_CONFIDENCE = 0.74;
 /** The engine faults the statement was measured on (finished rows at rates >= the stated rate, FIFO and LIFO). */
 export const ABORT_RACE_MEASURED_FAULTS: readonly string[] = ['late-write', 'offload-release-race'];
 
+/**
+ * concurrent-interleave's measured statement (`npm run bench:race-calibration -- --scenario
+ * concurrent-interleave`, bench/race-calibration-interleave.json): the bundled engine's
+ * `prompt-cache-restore-race` (llama.cpp #27148: a prefix-cache entry restored into pages another request
+ * owns) firing on a fraction of its eligible events, first-contact runs of the full workload
+ * (CONCURRENT_INTERLEAVE_WINDOWS windows). At every measured rate >= CONCURRENT_INTERLEAVE_DETECTABLE_RATE, on
+ * FIFO and LIFO free lists and on a configuration the workload was never tuned on, the Wilson 95% lower bound of
+ * per-run recall is >= CONCURRENT_INTERLEAVE_CONFIDENCE (test/prober/race-calibration.test.ts).
+ */
+/** Windows of concurrent-interleave's measured workload: a pass needs them. */
+export const CONCURRENT_INTERLEAVE_WINDOWS = 29;
+/** The lowest fault rate at which the measurement holds. */
+export const CONCURRENT_INTERLEAVE_DETECTABLE_RATE = 0.5;
+/** The per-run recall measured at rates >= CONCURRENT_INTERLEAVE_DETECTABLE_RATE (Wilson 95% lower bound). */
+export const CONCURRENT_INTERLEAVE_CONFIDENCE = 0.5;
+/** The engine faults concurrent-interleave's statement was measured on. */
+export const CONCURRENT_INTERLEAVE_MEASURED_FAULTS: readonly string[] = ['prompt-cache-restore-race'];
+
 /** abort-race's counted windows by what they can show. */
 export interface AbortWindows {
   /** A fresh planter aborted before its first character (mid-prefill or mid-transfer). */
