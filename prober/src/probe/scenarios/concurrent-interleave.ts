@@ -195,7 +195,7 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
 function powerNote(power: Power, windows: number): string {
   const rate = `≥${power.detectableRate * 100}% of its eligible events`;
   return power.basis === 'measured'
-    ? `power (measured on the bundled engine's ${CONCURRENT_INTERLEAVE_MEASURED_FAULTS.join(' and ')}, bench/race-calibration-interleave.json): such a race fault firing on ${rate} was caught in ≥${power.confidence} of runs of this workload (Wilson 95% lower bound)`
+    ? `power (measured on the bundled engine's ${CONCURRENT_INTERLEAVE_MEASURED_FAULTS.join(' and ')}, bench/race-calibration-interleave.json): such a race fault firing on ${rate} was caught in ≥${power.confidence} of runs of this workload (the Wilson 95% lower bound of the weakest measured configuration)`
     : `power (scaled from the measured workload of ${CONCURRENT_INTERLEAVE_WINDOWS} windows, not measured at ${windows}): ${rate}, probability ${power.confidence}`;
 }
 
