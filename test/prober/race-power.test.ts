@@ -87,7 +87,7 @@ describe('concurrent-interleave', () => {
   it('short of the measured workload the confidence is scaled down by the share run, and says so', () => {
     const short = concurrentInterleavePower(10);
     expect(short).toMatchObject({ trials: 10, detectableRate: CONCURRENT_INTERLEAVE_DETECTABLE_RATE, basis: 'scaled' });
-    expect(short.confidence).toBeLessThan(CONCURRENT_INTERLEAVE_CONFIDENCE);
+    expect(short.confidence).toBeLessThanOrEqual(CONCURRENT_INTERLEAVE_CONFIDENCE);
     expect(short.confidence).toBeCloseTo(1 - (1 - CONCURRENT_INTERLEAVE_CONFIDENCE) ** (10 / CONCURRENT_INTERLEAVE_WINDOWS), 3);
     expect(concurrentInterleavePower(0).confidence).toBe(0);
     expect(concurrentInterleavePower(40)).toMatchObject({ basis: 'measured', confidence: CONCURRENT_INTERLEAVE_CONFIDENCE });
@@ -102,7 +102,9 @@ describe.each(['abort-race', 'concurrent-interleave'])('%s', (scenario) => {
     expect(r.reason).toBe('budget');
     expect(r.findings).toEqual([]);
     expect(r.power?.basis).not.toBe('measured');
-    expect(r.power?.confidence ?? 0).toBeLessThan(scenario === 'abort-race' ? ABORT_RACE_CONFIDENCE : CONCURRENT_INTERLEAVE_CONFIDENCE);
+    // Never more than the measured statement (for concurrent-interleave that is 0: race-power.ts says why).
+    if (scenario === 'abort-race') expect(r.power?.confidence ?? 0).toBeLessThan(ABORT_RACE_CONFIDENCE);
+    else expect(r.power?.confidence ?? 0).toBeLessThanOrEqual(CONCURRENT_INTERLEAVE_CONFIDENCE);
     const notes = r.notes.join('\n');
     expect(notes).toMatch(/token budget/);
     expect(notes).not.toMatch(/not reported|no planter was accepted|not exercised/);

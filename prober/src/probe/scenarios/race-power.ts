@@ -36,13 +36,21 @@ export const ABORT_RACE_MEASURED_FAULTS: readonly string[] = ['late-write', 'off
  * (CONCURRENT_INTERLEAVE_WINDOWS windows). At every measured rate >= CONCURRENT_INTERLEAVE_DETECTABLE_RATE, on
  * FIFO and LIFO free lists and on a configuration the workload was never tuned on, the Wilson 95% lower bound of
  * per-run recall is >= CONCURRENT_INTERLEAVE_CONFIDENCE (test/prober/race-calibration.test.ts).
+ *
+ * What the rows show (docs/measured.md, "Race power of concurrent-interleave"): at 1/64 the fault was caught in
+ * 22/30 (FIFO) and 30/30 (LIFO) runs at rate 0.5, but at 1/32 with a FIFO free list in 0/30 at every rate
+ * (and 0/3 with the fault on every event): the waves do not cycle a pool that size, so a FIFO (least recently
+ * released first) free list never hands out a page that still backs an entry the readers re-use. The lowest
+ * Wilson lower bound at every measured rate is therefore 0, and that is what a pass states: this workload's
+ * pass is no evidence against a restore race on such an endpoint. (abort-race fills the pool with ballast so
+ * that freed pages are reused whatever the order; this scenario does not.)
  */
 /** Windows of concurrent-interleave's measured workload: a pass needs them. */
 export const CONCURRENT_INTERLEAVE_WINDOWS = 29;
 /** The lowest fault rate at which the measurement holds. */
 export const CONCURRENT_INTERLEAVE_DETECTABLE_RATE = 0.5;
 /** The per-run recall measured at rates >= CONCURRENT_INTERLEAVE_DETECTABLE_RATE (Wilson 95% lower bound). */
-export const CONCURRENT_INTERLEAVE_CONFIDENCE = 0.5;
+export const CONCURRENT_INTERLEAVE_CONFIDENCE = 0;
 /** The engine faults concurrent-interleave's statement was measured on. */
 export const CONCURRENT_INTERLEAVE_MEASURED_FAULTS: readonly string[] = ['prompt-cache-restore-race'];
 
