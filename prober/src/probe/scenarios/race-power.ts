@@ -39,7 +39,8 @@ export const ABORT_RACE_MEASURED_FAULTS: readonly string[] = ['late-write', 'off
  *
  * What the rows show (docs/measured.md, "Race power of concurrent-interleave"): at 1/64 the fault was caught in
  * 22/30 (FIFO) and 30/30 (LIFO) runs at rate 0.5, but at 1/32 with a FIFO free list in 0/30 at every rate
- * (and 0/3 with the fault on every event): the waves do not cycle a pool that size, so a FIFO (least recently
+ * (and 0/3 with the fault on every event; 3/3 with planters of 8192 tokens instead of the clamped 4096, so
+ * that the widest wave overflows the free pool): the waves do not cycle a pool that size, so a FIFO (least recently
  * released first) free list never hands out a page that still backs an entry the readers re-use. The lowest
  * Wilson lower bound at every measured rate is therefore 0, and that is what a pass states: this workload's
  * pass is no evidence against a restore race on such an endpoint. (abort-race fills the pool with ballast so
