@@ -133,6 +133,8 @@ describe('the copying model on llama.cpp llama-server', () => {
       const { code, run, context } = await kvcanaryRun(srv, `fault ${fault.name} + random weights`);
       expect(srv.faultsFired()[fault.name] ?? 0, `the fault never fired\n${context}`).toBeGreaterThan(0);
       const failing = run.findings.filter((f) => f.severity !== 'info').map((f) => `${f.scenario}:${f.kind}`);
+      // Printed so that a run of the suite is the measurement layouts.ts records (randomWeights).
+      console.log(`random weights + ${fault.name}: exit ${code}, ${[...new Set(failing)].join(', ') || 'no finding above info'}`);
       if (fault.randomWeights === undefined) return;
       if (fault.randomWeights.caught) {
         expect(code, context).toBe(1);
