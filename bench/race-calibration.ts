@@ -28,22 +28,69 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEngine, type StartEngineOptions } from '../engine-under-test/src/index.js';
-import { ABORT_RACE_CONFIDENCE, ABORT_RACE_DETECTABLE_RATE, ABORT_RACE_MEASURED_FAULTS } from '../prober/src/probe/scenarios/race-power.js';
+import {
+  ABORT_RACE_CONFIDENCE,
+  ABORT_RACE_DETECTABLE_RATE,
+  ABORT_RACE_MEASURED_FAULTS,
+  CONCURRENT_INTERLEAVE_CONFIDENCE,
+  CONCURRENT_INTERLEAVE_DETECTABLE_RATE,
+  CONCURRENT_INTERLEAVE_MEASURED_FAULTS,
+} from '../prober/src/probe/scenarios/race-power.js';
 import { formatProportion, proportion } from './proportion.js';
 
 export const SCENARIO_NOTE =
   'runs are `kvcanary run --scenario abort-race`: abort-race is the scenario whose power statement is calibrated here, ' +
   'and a default run adds scenarios that can only catch more (its recall is at least this), at 2-3x the time per run';
 
+export const INTERLEAVE_SCENARIO_NOTE =
+  'runs are `kvcanary run --scenario concurrent-interleave`: the scenario whose power statement is calibrated here, ' +
+  'against the race fault it targets (a prefix-cache entry restored into pages another request owns, llama.cpp #27148)';
+
+type Scenario = 'abort-race' | 'concurrent-interleave';
+
+/** What a calibrated scenario states when it passes (race-power.ts), and where its rows are written. */
+export interface Calibration {
+  scenario: Scenario;
+  out: string;
+  /** The race faults its rows give a rate: a claim at a rate needs each on both free lists. */
+  faults: readonly string[];
+  detectableRate: number;
+  confidence: number;
+  measuredFaults: readonly string[];
+  note: string;
+  /** The scenario's note that counts the windows it exercised. */
+  windowsNote: RegExp;
+  rows: (scale: number) => RowSpec[];
+}
+
+export function calibration(scenario: string): Calibration {
+  if (scenario === 'abort-race') {
+    return {
+      scenario, out: 'bench/race-calibration.json', faults: ['late-write', 'offload-release-race'],
+      detectableRate: ABORT_RACE_DETECTABLE_RATE, confidence: ABORT_RACE_CONFIDENCE, measuredFaults: ABORT_RACE_MEASURED_FAULTS,
+      note: SCENARIO_NOTE, windowsNote: /race window\(s\) exercised/, rows: rowSpecs,
+    };
+  }
+  if (scenario === 'concurrent-interleave') {
+    return {
+      scenario, out: 'bench/race-calibration-interleave.json', faults: ['prompt-cache-restore-race'],
+      detectableRate: CONCURRENT_INTERLEAVE_DETECTABLE_RATE, confidence: CONCURRENT_INTERLEAVE_CONFIDENCE, measuredFaults: CONCURRENT_INTERLEAVE_MEASURED_FAULTS,
+      note: INTERLEAVE_SCENARIO_NOTE, windowsNote: /window\(s\) in \d+ wave\(s\)/, rows: interleaveRowSpecs,
+    };
+  }
+  throw new Error(`--scenario: expected abort-race or concurrent-interleave, got ${JSON.stringify(scenario.slice(0, 40))}`);
+}
+
 interface RowSpec {
   id: string;
-  fault: 'late-write' | 'offload-release-race';
+  fault: 'late-write' | 'offload-release-race' | 'prompt-cache-restore-race';
   preset: string;
   freeList: 'fifo' | 'lifo';
   scale: number;
   rate: number;
-  transferLatencyMs: number;
-  /** The abort-race workload was tuned on this configuration (preset, scale 64, 4 ms transfers). */
+  /** Disaggregated presets only: a KV transfer batch's latency (absent on one node: no transfers). */
+  transferLatencyMs?: number;
+  /** The scenario's workload was tuned on this configuration (its preset at scale 64, 4 ms transfers where there are transfers). */
   tuned: boolean;
 }
 
@@ -60,6 +107,28 @@ export function rowSpecs(scale = 64): RowSpec[] {
   for (const fault of ['late-write', 'offload-release-race'] as const) {
     for (const rate of [0.1, 0.2, 0.5]) {
       rows.push({ id: `${fault}/fifo/${rate}/16ms`, fault, preset: 'remediated', freeList: 'fifo', scale, rate, transferLatencyMs: 16, tuned: false });
+    }
+  }
+  return rows;
+}
+
+/**
+ * concurrent-interleave against `prompt-cache-restore-race` on the prefix-cache preset (`single`), FIFO and
+ * LIFO free lists; never tuned on: half the scale (a pool and context twice as large, so the waves fill it
+ * half as much).
+ */
+export function interleaveRowSpecs(scale = 64): RowSpec[] {
+  const fault = 'prompt-cache-restore-race';
+  const rows: RowSpec[] = [];
+  for (const freeList of ['fifo', 'lifo'] as const) {
+    for (const rate of [0.05, 0.1, 0.2, 0.5]) {
+      rows.push({ id: `${fault}/${freeList}/${rate}`, fault, preset: 'single', freeList, scale, rate, tuned: true });
+    }
+  }
+  const untuned = Math.max(1, Math.floor(scale / 2));
+  for (const freeList of ['fifo', 'lifo'] as const) {
+    for (const rate of [0.1, 0.2, 0.5]) {
+      rows.push({ id: `${fault}/${freeList}/${rate}/scale${untuned}`, fault, preset: 'single', freeList, scale: untuned, rate, tuned: false });
     }
   }
   return rows;
@@ -89,7 +158,7 @@ interface ScenarioDoc {
   notes?: string[];
 }
 
-async function oneRun(spec: RowSpec, seed: number, defaultRuns: boolean): Promise<RunRecord> {
+async function oneRun(cal: Calibration, spec: RowSpec, seed: number, defaultRuns: boolean): Promise<RunRecord> {
   const options: StartEngineOptions = {
     preset: spec.preset,
     scale: spec.scale,
@@ -104,7 +173,7 @@ async function oneRun(spec: RowSpec, seed: number, defaultRuns: boolean): Promis
   const home = mkdtempSync(join(tmpdir(), 'kvc-race-cal-'));
   const t0 = performance.now();
   try {
-    const args = ['bin/kvcanary.js', 'run', '--target', engine.url, '--json', '-q', ...(defaultRuns ? [] : ['--scenario', 'abort-race'])];
+    const args = ['bin/kvcanary.js', 'run', '--target', engine.url, '--json', '-q', ...(defaultRuns ? [] : ['--scenario', cal.scenario])];
     const { exit, stdout } = await new Promise<{ exit: number | null; stdout: string }>((resolve, reject) => {
       const child = spawn(process.execPath, args, { env: { ...process.env, KVCANARY_HOME: home }, stdio: ['ignore', 'pipe', 'ignore'] });
       let text = '';
@@ -119,7 +188,7 @@ async function oneRun(spec: RowSpec, seed: number, defaultRuns: boolean): Promis
     } catch {
       // no JSON: recorded as not caught, with its exit code
     }
-    const race = doc.scenarios?.find((s) => s.name === 'abort-race');
+    const race = doc.scenarios?.find((s) => s.name === cal.scenario);
     return {
       seed,
       exit,
@@ -128,7 +197,7 @@ async function oneRun(spec: RowSpec, seed: number, defaultRuns: boolean): Promis
       outcome: race?.outcome,
       reason: race?.reason,
       power: race?.power,
-      windows: race?.notes?.find((n) => /race window\(s\) exercised/.test(n)),
+      windows: race?.notes?.find((n) => cal.windowsNote.test(n)),
     };
   } finally {
     await engine.close();
@@ -136,7 +205,7 @@ async function oneRun(spec: RowSpec, seed: number, defaultRuns: boolean): Promis
   }
 }
 
-function summarise(spec: RowSpec, records: RunRecord[], runs: number) {
+function summarise(cal: Calibration, spec: RowSpec, records: RunRecord[], runs: number) {
   const caught = records.filter((r) => r.caught).length;
   const recall = proportion(caught, records.length);
   const ms = records.map((r) => r.ms).sort((a, b) => a - b);
@@ -151,12 +220,12 @@ function summarise(spec: RowSpec, records: RunRecord[], runs: number) {
     tuned: spec.tuned,
     runs: records.length,
     caught,
-    statedConfidence: ABORT_RACE_CONFIDENCE,
-    detectableRate: ABORT_RACE_DETECTABLE_RATE,
+    statedConfidence: cal.confidence,
+    detectableRate: cal.detectableRate,
     complete: records.length >= runs,
     recall,
     /** Rows at rates >= detectableRate: the Wilson lower bound reaches the stated confidence. */
-    meetsStatedConfidence: spec.rate >= ABORT_RACE_DETECTABLE_RATE ? (recall.low ?? 0) >= ABORT_RACE_CONFIDENCE : null,
+    meetsStatedConfidence: spec.rate >= cal.detectableRate ? (recall.low ?? 0) >= cal.confidence : null,
     /** What the runs that passed stated (the scenario's own power line). */
     passedRuns: passes.length,
     passedRunsConfidence: passes.length > 0 ? Math.min(...passes.map((r) => r.power?.confidence ?? 0)) : null,
@@ -194,20 +263,21 @@ export function supportedClaims(rows: readonly FinishedRow[], faults: readonly s
 }
 
 /** `--restate`: the stated fields of every row from the current statement (race-power.ts); the runs stay as measured. */
-function restate(out: string): void {
+function restate(cal: Calibration, out: string): void {
   const doc = JSON.parse(readFileSync(out, 'utf8')) as { measuredFaults?: readonly string[]; rows: (FinishedRow & { statedConfidence: number; detectableRate: number; meetsStatedConfidence: boolean | null; recall: { low: number | null } })[] };
-  doc.measuredFaults = ABORT_RACE_MEASURED_FAULTS;
+  doc.measuredFaults = cal.measuredFaults;
   for (const row of doc.rows) {
-    row.statedConfidence = ABORT_RACE_CONFIDENCE;
-    row.detectableRate = ABORT_RACE_DETECTABLE_RATE;
-    row.meetsStatedConfidence = row.rate >= ABORT_RACE_DETECTABLE_RATE ? (row.recall.low ?? 0) >= ABORT_RACE_CONFIDENCE : null;
+    row.statedConfidence = cal.confidence;
+    row.detectableRate = cal.detectableRate;
+    row.meetsStatedConfidence = row.rate >= cal.detectableRate ? (row.recall.low ?? 0) >= cal.confidence : null;
   }
   writeFileSync(out, JSON.stringify(doc, null, 2) + '\n');
 }
 
 async function main(): Promise<void> {
+  const cal = calibration(arg('scenario') ?? 'abort-race');
   if (process.argv.includes('--restate')) {
-    restate(arg('out') ?? 'bench/race-calibration.json');
+    restate(cal, arg('out') ?? cal.out);
     return;
   }
   const runs = Number(arg('runs') ?? 30);
@@ -216,8 +286,8 @@ async function main(): Promise<void> {
   /** Run i's fault seed is firstSeed + i: a second process on the same row takes other seeds. */
   const firstSeed = Number(arg('first-seed') ?? 1);
   const wanted = arg('rows')?.split(',');
-  const out = arg('out') ?? 'bench/race-calibration.json';
-  const specs = rowSpecs(Number(arg('scale') ?? 64)).filter((r) => wanted === undefined || wanted.includes(r.id));
+  const out = arg('out') ?? cal.out;
+  const specs = cal.rows(Number(arg('scale') ?? 64)).filter((r) => wanted === undefined || wanted.includes(r.id));
   const command = `npx tsx bench/race-calibration.ts ${process.argv.slice(2).join(' ')}`.trim();
   type Row = ReturnType<typeof summarise> & { id: string };
   const done = new Map<string, Row>();
@@ -238,16 +308,16 @@ async function main(): Promise<void> {
   const write = (): void => {
     const rows = specs
       .filter((s) => done.has(s.id) || (records.get(s.id)?.length ?? 0) > 0)
-      .map((s) => done.get(s.id) ?? { id: s.id, ...summarise(s, records.get(s.id)!, runs) })
+      .map((s) => done.get(s.id) ?? { id: s.id, ...summarise(cal, s, records.get(s.id)!, runs) })
       .concat(kept);
     const doc = {
       command,
-      scenario: defaultRuns ? 'default run (every default scenario)' : 'abort-race',
-      scenarioNote: defaultRuns ? undefined : SCENARIO_NOTE,
+      scenario: defaultRuns ? 'default run (every default scenario)' : cal.scenario,
+      scenarioNote: defaultRuns ? undefined : cal.note,
       confidenceCheck: 'Wilson score 95% interval (two-sided): a row at a rate >= detectableRate meets the statement when its lower bound >= statedConfidence',
       runsPerRow: runs,
       plannedRows: specs.map((s) => s.id),
-      measuredFaults: ABORT_RACE_MEASURED_FAULTS,
+      measuredFaults: cal.measuredFaults,
       parallel,
       startedAt,
       measuredAt: new Date().toISOString(),
@@ -266,12 +336,12 @@ async function main(): Promise<void> {
   }
   const worker = async (): Promise<void> => {
     for (let job = queue.shift(); job !== undefined; job = queue.shift()) {
-      const r = await oneRun(job.spec, firstSeed + job.i, defaultRuns);
+      const r = await oneRun(cal, job.spec, firstSeed + job.i, defaultRuns);
       const list = records.get(job.spec.id)!;
       list.push(r);
       write();
       if (list.length === runs) {
-        const row = summarise(job.spec, list, runs);
+        const row = summarise(cal, job.spec, list, runs);
         done.set(job.spec.id, { id: job.spec.id, ...row });
         console.log(
           `${job.spec.id.padEnd(34)} caught ${formatProportion(row.recall)} (${row.caught}/${row.runs})  passed ${row.passedRuns}  median run ${row.medianRunS} s` +
@@ -283,7 +353,7 @@ async function main(): Promise<void> {
   };
   await Promise.all(Array.from({ length: parallel }, () => worker()));
   write();
-  for (const c of supportedClaims([...done.values()])) console.log(`supported: rate >= ${c.rate}: caught in >= ${c.confidence} of runs (${c.rows} finished rows)`);
+  for (const c of supportedClaims([...done.values()], cal.faults)) console.log(`supported: rate >= ${c.rate}: caught in >= ${c.confidence} of runs (${c.rows} finished rows)`);
 }
 
 if (process.argv[1]?.endsWith('race-calibration.ts')) await main();

@@ -106,7 +106,7 @@ export interface RaceCalibrationFigures {
   runsPerRow: number;
   /** Every row the bench was asked for (`id`s); those without a row here were not measured. */
   plannedRows?: string[];
-  /** The faults abort-race's statement names (race-power.ts ABORT_RACE_MEASURED_FAULTS). */
+  /** The faults the scenario's statement names (race-power.ts ABORT_RACE_MEASURED_FAULTS, CONCURRENT_INTERLEAVE_MEASURED_FAULTS). */
   measuredFaults?: string[];
   parallel: number;
   startedAt: string;
@@ -119,7 +119,8 @@ export interface RaceCalibrationFigures {
     freeList: string;
     scale: number;
     rate: number;
-    transferLatencyMs: number;
+    /** Disaggregated presets only. */
+    transferLatencyMs?: number;
     tuned: boolean;
     runs: number;
     caught: number;
@@ -132,11 +133,17 @@ export interface RaceCalibrationFigures {
   }[];
 }
 
-/** bench:race-calibration's rows: per-run recall at each fault rate, against what abort-race states. */
-export function raceCalibrationTable(d: RaceCalibrationFigures): string {
+/**
+ * bench:race-calibration's rows: per-run recall at each fault rate, against what the calibrated scenario states
+ * (abort-race, or concurrent-interleave with `--scenario`); `source` is the JSON the rows came from.
+ */
+export function raceCalibrationTable(d: RaceCalibrationFigures, source = 'bench/race-calibration.json'): string {
   const first = d.rows[0];
+  // A default-run calibration (--default-runs) states abort-race's figures.
+  const scenario = d.scenario.startsWith('default run') ? 'abort-race' : d.scenario;
   const rows = d.rows.map((row) => {
-    const configuration = `\`${row.fault}\` ${row.freeList.toUpperCase()}, 1/${row.scale}, ${row.transferLatencyMs} ms transfers${row.tuned ? '' : ' (never tuned on)'}`;
+    const setting = row.transferLatencyMs === undefined ? `preset \`${row.preset}\`` : `${row.transferLatencyMs} ms transfers`;
+    const configuration = `\`${row.fault}\` ${row.freeList.toUpperCase()}, 1/${row.scale}, ${setting}${row.tuned ? '' : ' (never tuned on)'}`;
     const runs = row.complete ? String(row.runs) : `${row.runs} of ${d.runsPerRow} (not finished)`;
     const meets = !row.complete ? '– (not finished)' : row.meetsStatedConfidence === null ? 'below the stated rate' : row.meetsStatedConfidence ? 'yes' : '**no**';
     return `| ${configuration} | ${row.rate} | ${runs} | ${row.caught} | ${interval(row.recall)} | ${meets} | ${row.medianRunS} s |`;
@@ -144,12 +151,12 @@ export function raceCalibrationTable(d: RaceCalibrationFigures): string {
   const stated =
     first === undefined
       ? ''
-      : `abort-race states: a race fault${d.measuredFaults === undefined ? '' : ` of the kind measured (${d.measuredFaults.map((f) => `\`${f}\``).join(', ')})`} firing on ≥${first.detectableRate} of its eligible events is caught in ≥${first.statedConfidence} of runs. `;
+      : `${scenario} states: a race fault${d.measuredFaults === undefined ? '' : ` of the kind measured (${d.measuredFaults.map((f) => `\`${f}\``).join(', ')})`} firing on ≥${first.detectableRate} of its eligible events is caught in ≥${first.statedConfidence} of runs. `;
   const missing = (d.plannedRows ?? []).filter((id) => !d.rows.some((r) => r.id === id));
   const notMeasured = missing.length === 0 ? '' : `\nNot measured (the bench was stopped first): ${missing.map((id) => `\`${id}\``).join(', ')}.\n`;
   return (
     `\`${d.command}\`, \`${d.scenario}\`, ${d.parallel} runs at a time, ${d.startedAt.slice(0, 16).replace('T', ' ')} to ${d.measuredAt.slice(0, 16).replace('T', ' ')} UTC${load(d.loadAverage)} ` +
-    `([bench/race-calibration.json](bench/race-calibration.json)). ${stated}` +
+    `([${source}](${source})). ${stated}` +
     `A row at a rate ≥ that meets it when the lower end of its 95% Wilson interval is ≥ the stated confidence.\n\n` +
     ['| configuration | rate | runs | caught | recall (95% Wilson) | meets the statement | median run |', '|---|---|---|---|---|---|---|', ...rows].join('\n') +
     '\n' +

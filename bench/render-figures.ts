@@ -31,6 +31,12 @@ export const FIGURE_BLOCKS: readonly FigureBlock[] = [
   { doc: 'docs/measured.md', name: 'timing', source: 'bench/timing.json', render: (j) => timingParagraph(j as TimingFigures) },
   { doc: 'docs/measured.md', name: 'races', source: 'bench/races-fresh.json', render: (j) => raceTable(j as RaceFigures) },
   { doc: 'docs/measured.md', name: 'race-calibration', source: 'bench/race-calibration.json', render: (j) => raceCalibrationTable(j as RaceCalibrationFigures) },
+  {
+    doc: 'docs/measured.md',
+    name: 'race-calibration-interleave',
+    source: 'bench/race-calibration-interleave.json',
+    render: (j) => raceCalibrationTable(j as RaceCalibrationFigures, 'bench/race-calibration-interleave.json'),
+  },
   { doc: 'docs/measured.md', name: 'default-runs', source: 'bench/default-runs.json', render: (j) => defaultRunsTable(j as DefaultRunFigures) },
   { doc: 'docs/measured.md', name: 'real-llamacpp', source: 'bench/real-llamacpp.json', render: (j) => realLlamaTable(j as RealLlamaFigures) },
   { doc: 'docs/fleet.md', name: 'sizing', source: 'bench/scale.json', render: (j) => sizingTable(j as ScaleFigures) },

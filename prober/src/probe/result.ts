@@ -31,7 +31,7 @@ export const BEHAVIOURAL_SCENARIOS: readonly string[] = ['overlimit-handoff', 'a
  * once, and a statement that a race fault of rate at least `detectableRate` is caught with probability
  * `confidence`. `basis` says where the confidence comes from: `measured` — per-run recall on the bundled
  * engine with its race faults firing on a fraction `detectableRate` of their eligible events, the Wilson 95%
- * lower bound (bench/race-calibration.json; scenarios/race-power.ts); `scaled` — that measurement scaled
+ * lower bound (bench/race-calibration*.json; scenarios/race-power.ts); `scaled` — that measurement scaled
  * down for a run cut short of the measured workload; `model` (or absent, in older records) — a fault that
  * shows in at least a fraction `detectableRate` of `trials` windows assumed independent, 1 - (1 - r)^trials.
  */
@@ -100,7 +100,7 @@ export function describePower(p: Power): string {
   const c = p.confidence.toFixed(3);
   switch (p.basis) {
     case 'measured':
-      return `power (measured): ${p.trials} independent race windows; a race fault firing on ≥${pct} of its eligible events was caught in ≥${c} of runs (Wilson 95% lower bound, bench/race-calibration.json)`;
+      return `power (measured): ${p.trials} independent race windows; a race fault firing on ≥${pct} of its eligible events was caught in ≥${c} of runs (Wilson 95% lower bound, npm run bench:race-calibration)`;
     case 'scaled':
       return `power (scaled, short of the measured workload): ${p.trials} independent race windows; a race fault firing on ≥${pct} of its eligible events caught with probability ${c}`;
     default:

@@ -15,17 +15,21 @@
  *   context of upload. A 2xx with generated text, or a 2xx with no error, is `rejection-not-enforced`.
  * - Every response of every role is scanned; a foreign marker is `cross-request-leak`, and its evidence
  *   names the planting and the reading tenant.
- * - Power: one window is one wave in which a planter of one tenant and a reader of the other were both
- *   answered while in flight together. The configured widths are one pass; passes repeat (without over-limit
- *   prompts after the first) until 29 windows are reached (a fault showing in 10% of windows caught with
- *   probability 0.95), stopping at the first finding.
+ * - Power is measured, not derived (race-power.ts): one window is one wave in which a planter of one tenant
+ *   and a reader of the other were both answered while in flight together. The configured widths are one
+ *   pass; passes repeat (without over-limit prompts after the first) until the workload `npm run
+ *   bench:race-calibration -- --scenario concurrent-interleave` measured is reached
+ *   (CONCURRENT_INTERLEAVE_WINDOWS windows), stopping at the first finding. A pass states that measurement:
+ *   the bundled engine's prompt-cache-restore-race firing on a fraction of its eligible events was caught in at
+ *   least the stated share of first-contact runs (Wilson 95% lower bound); a run cut short states it scaled
+ *   down (`basis: 'scaled'`).
  * - Pass needs most requests answered (a clean rejection is an answer), at least one planter and one reader
  *   through, and the stated power; otherwise inconclusive (reason `power`, `budget` or `deadline` where the
  *   prober's own limits cut it short).
  */
 import { overlimitPrompt, planterPrompt, readerPrompt, repetitionsFor, tokensFor, type TokenLine } from '../prompts.js';
-import { powerOf, trialsFor, type ScenarioResult } from '../result.js';
-import { RACE_CONFIDENCE, RACE_DETECTABLE_RATE } from './race-power.js';
+import type { Power, ScenarioResult } from '../result.js';
+import { CONCURRENT_INTERLEAVE_MEASURED_FAULTS, CONCURRENT_INTERLEAVE_WINDOWS, concurrentInterleavePower } from './race-power.js';
 import { tokenLine } from './calibration.js';
 import type { ScenarioContext, Tenant } from './context.js';
 import { exchange, type Exchange } from './exchange.js';
@@ -119,7 +123,7 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
   // Windows: waves in which a planter of one tenant and a reader of the other were answered together. The
   // configured widths are one pass; passes repeat (over-limit prompts only in the first: each costs a whole
   // context of upload) until the stated power is reached.
-  const wanted = trialsFor(RACE_DETECTABLE_RATE, RACE_CONFIDENCE);
+  const wanted = CONCURRENT_INTERLEAVE_WINDOWS;
   const maxWaves = Math.max(waves.length, wanted * 2 + 4);
   const plainCombos = slotOrder([pair.a, pair.b], ['planter', 'reader']);
   let windows = 0;
@@ -156,8 +160,9 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
       if (cut !== undefined) break;
     }
   }
-  out.power = powerOf(windows, RACE_DETECTABLE_RATE);
-  out.note(`${windows} window(s) in ${waveCount} wave(s): a fault showing in ${RACE_DETECTABLE_RATE * 100}% of windows caught with probability ${out.power.confidence}`);
+  out.power = concurrentInterleavePower(windows);
+  out.note(`${windows} window(s) in ${waveCount} wave(s)`);
+  out.note(powerNote(out.power, windows));
 
   out.note(`${tally.answered}/${tally.sent} answered: ${tally.plantersOk} planter(s), ${tally.readersOk} reader(s) through, ${tally.rejected} over-limit rejected`);
   if (out.findings.length > 0) return out.finish('inconclusive'); // fail: the findings decide
@@ -178,12 +183,20 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
     out.note(tally.plantersOk === 0 ? 'no planter was accepted: nothing to leak' : 'no reader was answered');
     return out.finish('inconclusive');
   }
-  if (out.power.confidence < RACE_CONFIDENCE) {
-    out.note(`fewer than the ${wanted} windows a pass needs (confidence ${RACE_CONFIDENCE} at rate ${RACE_DETECTABLE_RATE})`);
+  if (out.power.basis !== 'measured') {
+    out.note(`fewer than the ${wanted} windows a pass needs (the workload whose power was measured)`);
     out.reason = 'power';
     return out.finish('inconclusive');
   }
   return out.finish('pass');
+}
+
+/** What the power statement says, by its basis (race-power.ts). */
+function powerNote(power: Power, windows: number): string {
+  const rate = `≥${power.detectableRate * 100}% of its eligible events`;
+  return power.basis === 'measured'
+    ? `power (measured on the bundled engine's ${CONCURRENT_INTERLEAVE_MEASURED_FAULTS.join(' and ')}, bench/race-calibration-interleave.json): such a race fault firing on ${rate} was caught in ≥${power.confidence} of runs of this workload (the Wilson 95% lower bound of the weakest measured configuration)`
+    : `power (scaled from the measured workload of ${CONCURRENT_INTERLEAVE_WINDOWS} windows, not measured at ${windows}): ${rate}, probability ${power.confidence}`;
 }
 
 /**
