@@ -22,6 +22,7 @@ import { configTargetAt, endpointName, runSilences } from './run-silences.js';
 import { checkOutputFile, writeOutputFile, type OutputFileRules } from './output-file.js';
 import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from './run-output.js';
 import { RunCut } from '../probe/run-cut.js';
+import { targetSecrets } from '../probe/redactor.js';
 import { forTerminal, oneLine } from '../terminal-text.js';
 import { UsageError, durationFlag, headerFlags, parseArgsMessage, positiveIntFlag } from './usage.js';
 import { DEFAULT_RUN_DEADLINE_MS, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS } from '../bounds.js';
@@ -174,10 +175,9 @@ function junitRules(storePath: string): OutputFileRules {
 /** Plantings older than this are pruned from `run`'s store (the service's default retention). */
 const RUN_STORE_RETENTION_MS = 7 * 86_400_000;
 
-/** Credential values the run's store must scrub. */
+/** Secret values the run's store must scrub: the probe's own list (keys, salts, secret headers, URL credentials). */
 function runSecrets(target: TargetConfig): string[] {
-  const vars = [target.apiKeyEnv, ...target.tenants.map((t) => t.apiKeyEnv)];
-  return vars.flatMap((v) => (v !== undefined && process.env[v] ? [process.env[v]!] : []));
+  return targetSecrets(target, process.env);
 }
 
 interface RunOptions {
