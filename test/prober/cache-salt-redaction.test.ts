@@ -18,7 +18,7 @@ const SALT_B = 'bob-salt-91c2';
 
 describe('cache salts are secrets', () => {
   it('targetSecrets and configSecrets include every tenant\'s cache_salt', () => {
-    const target = { baseUrl: 'http://h:1', headers: {}, tenants: [{ name: 'a', cacheSalt: SALT_A }, { name: 'b', cacheSalt: SALT_B }] };
+    const target = { baseUrl: 'http://h:1', headers: {}, tenants: [{ cacheSalt: SALT_A }, { cacheSalt: SALT_B }] };
     expect(targetSecrets(target, {})).toEqual(expect.arrayContaining([SALT_A, SALT_B]));
     const config = parseConfig(`targets: [{ name: t, base_url: "http://h:1", tenants: { a: { cache_salt: ${SALT_A} }, b: { cache_salt: ${SALT_B} } } }]\n`, { knownScenarios: ['capacity-audit'], requireSecrets: false });
     expect(configSecrets(config, {})).toEqual(expect.arrayContaining([SALT_A, SALT_B]));
@@ -26,7 +26,7 @@ describe('cache salts are secrets', () => {
   });
 
   it('a salt shorter than the keys\' minimum (4 characters) is not scrubbed: "ab" would mangle ordinary text', () => {
-    const r = createRedactor(targetSecrets({ baseUrl: 'http://h:1', headers: {}, tenants: [{ name: 'a', cacheSalt: 'ab' }] }, {}));
+    const r = createRedactor(targetSecrets({ baseUrl: 'http://h:1', headers: {}, tenants: [{ cacheSalt: 'ab' }] }, {}));
     expect(r.text('tenants alice and bob: abandon ship')).toBe('tenants alice and bob: abandon ship');
   });
 });
