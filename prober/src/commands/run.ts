@@ -15,7 +15,8 @@ import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { parseBaseUrl } from '../probe/target/base-url.js';
 import { markerKeyPath, runStorePath } from '../installation/home.js';
 import { InstallationError } from '../installation/installation-error.js';
-import { createInstallationRegistry, persistPlantings } from '../installation/registry.js';
+import { installationKey } from '../installation/marker-key.js';
+import { createInstallationRegistry, persistPlantings, recentMarkersFrom } from '../installation/registry.js';
 import { applySilences } from '../service/silences.js';
 import { openStore } from '../service/store.js';
 import { configTargetAt, endpointName, runSilences } from './run-silences.js';
@@ -97,17 +98,26 @@ export async function runMain(args: string[]): Promise<number> {
   const storePath = opts.store ?? runStorePath();
   // A --junit path that cannot be written is found now, not after the whole run (the verdict would be lost).
   if (opts.junit !== undefined) checkOutputFile(opts.junit, junitRules(storePath));
-  const store = openStore({ path: storePath, retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
-  let registry;
+  // The marker key (and the fragment bound) before the store: a bad key exits 64 naming its file without
+  // creating or touching a store.
+  let key: Uint8Array;
   try {
-    store.prune(Date.now());
-    registry = createInstallationRegistry({ store, since: Date.now() - RUN_STORE_RETENTION_MS });
+    key = installationKey(process.env).key;
+    recentMarkersFrom(process.env);
   } catch (err) {
-    store.close();
     if (err instanceof InstallationError) {
       process.stderr.write(`kvcanary run: ${err.message}\n`);
       return EXIT.usage;
     }
+    throw err;
+  }
+  const store = openStore({ path: storePath, retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
+  let registry;
+  try {
+    store.prune(Date.now());
+    registry = createInstallationRegistry({ store, since: Date.now() - RUN_STORE_RETENTION_MS, key });
+  } catch (err) {
+    store.close();
     throw err;
   }
   const controller = new AbortController();
