@@ -20,6 +20,7 @@ import { createInstallationRegistry, persistPlantings, recentMarkersFrom } from 
 import { applySilences } from '../service/silences.js';
 import { openStore } from '../service/store.js';
 import { configTargetAt, endpointName, runSilences } from './run-silences.js';
+import { adoptConfigTarget } from './run-config-target.js';
 import { checkOutputFile, writeOutputFile, type OutputFileRules } from './output-file.js';
 import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from './run-output.js';
 import { RunCut } from '../probe/run-cut.js';
@@ -94,6 +95,8 @@ export async function runMain(args: string[]): Promise<number> {
   // a stored run is about one endpoint.
   const configName = configTargetAt(config, opts.target.baseUrl);
   if (configName !== undefined) opts.target.name = configName;
+  // A configured target is probed as serve probes it: its key, headers, tenants and model (flags win).
+  if (config !== undefined && configName !== undefined) opts.target = adoptConfigTarget(opts.target, config, opts.config!, process.env);
   // The installation's key and store: markers planted by earlier runs decrypt and are attributed to them.
   const storePath = opts.store ?? runStorePath();
   // A --junit path that cannot be written is found now, not after the whole run (the verdict would be lost).
