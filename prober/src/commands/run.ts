@@ -5,6 +5,7 @@
  */
 import { jsonText } from '../json-text.js';
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
 import { formatDuration, loadConfig, type ServiceConfig, type TargetConfig, type TenantConfig } from '../service/config.js';
@@ -61,9 +62,11 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --store FILE            where plantings and this run are recorded, so later runs attribute its markers
                           (default $KVCANARY_HOME/runs.sqlite, ~/.config/kvcanary/runs.sqlite; may be the
                           file \`serve\` writes); silences acknowledged in it (\`kvcanary ack --store FILE\`) apply
-  --config FILE           apply the \`silences:\` of this serve config too (its api_key_env variables need not
-                          be set). The run is named after the config target with this URL, else HOST:PORT of
-                          the URL (e.g. 10.0.0.5:8000); silences match it by that name.
+  --config FILE           apply the \`silences:\` of this serve config too. The run is named after the config
+                          target with this URL, else HOST:PORT of the URL (e.g. 10.0.0.5:8000); silences match
+                          it by that name. At a config target's URL the run probes as serve would: its key,
+                          headers, tenants (keys, cache_salts) and model, unless flags give them (its keys must
+                          be set; other targets' api_key_env variables need not be).
                           A silenced finding is listed, marked acknowledged, and does not count for --fail-on
   -q, --quiet             no progress on stderr, and the verdict as one line (with its reason, e.g.
                           "INCONCLUSIVE (unreachable)") instead of the table
@@ -188,9 +191,17 @@ function junitRules(storePath: string): OutputFileRules {
 /** Plantings older than this are pruned from `run`'s store (the service's default retention). */
 const RUN_STORE_RETENTION_MS = 7 * 86_400_000;
 
-/** Secret values the run's store must scrub: the probe's own list (keys, salts, secret headers, URL credentials). */
+/** Secret values the run's store must scrub: the probe's own list (keys, salts, secret headers, URL credentials, key files' keys). */
 function runSecrets(target: TargetConfig): string[] {
-  return targetSecrets(target, process.env);
+  const files = [target.apiKeyFile, ...target.tenants.map((t) => t.apiKeyFile)].flatMap((f) => (f === undefined ? [] : [f]));
+  return [...targetSecrets(target, process.env), ...files.flatMap((f) => {
+    try {
+      const key = readFileSync(f, 'utf8').trim();
+      return key === '' ? [] : [key];
+    } catch {
+      return [];
+    }
+  })];
 }
 
 interface RunOptions {
