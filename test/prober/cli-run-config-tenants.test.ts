@@ -17,10 +17,13 @@ const KEY_B = 'key-bob-0123456789abcdef';
 const KEY_CLI = 'key-cli-0123456789abcdef';
 let server: FakeServer;
 let seen: Array<{ auth: string | undefined; team: string | undefined; salt: unknown }> = [];
+/** Authorization of GET requests (introspection: /v1/models, /metrics, ...). */
+let gets: Array<string | undefined> = [];
 
 beforeAll(async () => {
   server = await echoNoiseServer();
   server.server.on('request', (req) => {
+    if (req.method === 'GET') gets.push(req.headers.authorization);
     if (req.method !== 'POST' || !req.url?.includes('/completions')) return;
     let body = '';
     req.on('data', (c: Buffer) => (body += c.toString()));
@@ -38,6 +41,7 @@ afterAll(async () => {
 });
 beforeEach(() => {
   seen = [];
+  gets = [];
 });
 
 function setup(tenants = '      alice: { api_key_env: KVC_CT_A }\n      bob: { api_key_env: KVC_CT_B, cache_salt: bob-salt-91c2 }\n'): { home: string; config: string } {
@@ -91,6 +95,7 @@ describe('kvcanary run --config: the configured target\'s tenants', { timeout: 1
     const { home, config } = setup();
     const r = await run(home, ['--config', config], {}, 'capacity-audit');
     expect(r.code, r.stderr).not.toBe(64);
-    expect(new Set(seen.map((s) => s.auth))).toEqual(new Set([`Bearer ${KEY_A}`]));
+    // Introspection is sent as the first tenant, alice.
+    expect(new Set(gets)).toEqual(new Set([`Bearer ${KEY_A}`]));
   });
 });
