@@ -26,18 +26,20 @@ export function adoptConfigTarget(run: TargetConfig, config: ServiceConfig, conf
     headers[name] = value;
   }
   const target: TargetConfig = { ...run, headers: { ...headers, ...run.headers } };
-  if (run.apiKeyEnv === undefined) {
+  // A key given on the command line (--api-key-env, or an Authorization --header) replaces the target's.
+  const flagKey = run.apiKeyEnv !== undefined || flagHeaders.has('authorization');
+  if (!flagKey) {
     if (conf.apiKeyEnv !== undefined) target.apiKeyEnv = conf.apiKeyEnv;
     if (conf.apiKeyFile !== undefined) target.apiKeyFile = conf.apiKeyFile;
   }
   if (run.tenants.length === 0) target.tenants = conf.tenants.map((t) => ({ ...t }));
   if (run.model === undefined && conf.model !== undefined) target.model = conf.model;
-  checkSecrets(target, `targets[${i}]`, configFile, env, run);
+  checkSecrets(target, `targets[${i}]`, configFile, env, { key: !flagKey, tenants: run.tenants.length === 0 });
   return target;
 }
 
 /** The adopted key variables are set and key files readable, each problem naming its field. */
-function checkSecrets(target: TargetConfig, at: string, file: string, env: Record<string, string | undefined>, run: TargetConfig): void {
+function checkSecrets(target: TargetConfig, at: string, file: string, env: Record<string, string | undefined>, adopted: { key: boolean; tenants: boolean }): void {
   const issues: Array<{ path: string; message: string }> = [];
   const fromConfig = (p: string, name: string | undefined, keyFile: string | undefined): void => {
     if (name !== undefined && !env[name]) issues.push({ path: `${p}.api_key_env`, message: `environment variable ${name} is not set (the run probes as target ${target.name}: its keys are needed)` });
@@ -46,8 +48,8 @@ function checkSecrets(target: TargetConfig, at: string, file: string, env: Recor
       if (problem !== undefined) issues.push({ path: `${p}.api_key_file`, message: `${shownPath(keyFile)} ${problem} (the run probes as target ${target.name}: its keys are needed)` });
     }
   };
-  if (run.apiKeyEnv === undefined) fromConfig(at, target.apiKeyEnv, target.apiKeyFile);
-  if (run.tenants.length === 0) for (const t of target.tenants) fromConfig(`${at}.tenants.${t.name}`, t.apiKeyEnv, t.apiKeyFile);
+  if (adopted.key) fromConfig(at, target.apiKeyEnv, target.apiKeyFile);
+  if (adopted.tenants) for (const t of target.tenants) fromConfig(`${at}.tenants.${t.name}`, t.apiKeyEnv, t.apiKeyFile);
   if (issues.length > 0) throw new ConfigError('KVC_CONFIG_INVALID', issues, { file });
 }
 
