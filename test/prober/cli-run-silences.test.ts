@@ -35,7 +35,7 @@ interface RunJson {
 async function run(extra: string[], home = mkdtempSync(path.join(dir, 'home-'))) {
   const junit = path.join(dir, `junit-${n++}.xml`);
   const r = await runCli(['run', '--target', engine.url, '--scenario', 'capacity-audit', '--scenario', 'overlimit-rejection', '--json', '--junit', junit, ...extra],
-    { env: { KVCANARY_HOME: home }, timeoutMs: 60_000 });
+    { env: { KVCANARY_HOME: home, KVC_RUN_EDGE_KEY: 'sk-edge-test-0123456789' }, timeoutMs: 60_000 });
   const xml = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '' }).parse(readFileSync(junit, 'utf8')) as {
     testsuites: { failures: string; testsuite: { testcase: { name: string; failure?: unknown; 'system-out'?: string }[] } };
   };
@@ -46,7 +46,7 @@ const inDays = (d: number): string => new Date(Date.now() + d * 86_400_000).toIS
 
 function configFile(silences: string, baseUrl = `${engine.url}/v1/`): string {
   const p = path.join(dir, `cfg-${n++}.yaml`);
-  writeFileSync(p, `targets: [{ name: edge, base_url: "${baseUrl}", api_key_env: KVC_SURELY_UNSET_KEY }]\nsilences:\n${silences}\n`);
+  writeFileSync(p, `targets: [{ name: edge, base_url: "${baseUrl}", api_key_env: KVC_RUN_EDGE_KEY }]\nsilences:\n${silences}\n`);
   return p;
 }
 

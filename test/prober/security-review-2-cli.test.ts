@@ -34,7 +34,8 @@ afterAll(async () => {
 });
 
 const capacityRun = (home: string, extra: string[] = []) =>
-  runCli(['run', '--target', engine.url, '--scenario', 'capacity-audit', '-q', ...extra], { env: { KVCANARY_HOME: home } });
+  // KVC_RUN_EDGE_KEY: the key of the config target `edge` below, which a run at its URL probes as.
+  runCli(['run', '--target', engine.url, '--scenario', 'capacity-audit', '-q', ...extra], { env: { KVCANARY_HOME: home, KVC_RUN_EDGE_KEY: 'sk-edge-test-0123456789' } });
 
 describe('defect 1: a run is named by its endpoint, so a silence is about one endpoint', { timeout: 300_000 }, () => {
   it('ack --target cli --kind * no longer hides what every run finds', async () => {
@@ -65,7 +66,7 @@ describe('defect 1: a run is named by its endpoint, so a silence is about one en
   it('with --config, the run takes the name of the config target at its URL (silences shared with serve)', async () => {
     const home = fresh('home');
     const cfg = path.join(home, 'kvcanary.yaml');
-    writeFileSync(cfg, `targets: [{ name: edge, base_url: "${engine.url}/v1", api_key_env: KVC_SURELY_UNSET }]\nstore: { path: ./serve.sqlite }\n`);
+    writeFileSync(cfg, `targets: [{ name: edge, base_url: "${engine.url}/v1", api_key_env: KVC_RUN_EDGE_KEY }]\nstore: { path: ./serve.sqlite }\n`);
     const store = path.join(home, 'runs.sqlite');
     expect((await capacityRun(home, ['--config', cfg])).code).toBe(1);
     expect((await runCli(['ack', '--store', store, '--target', 'edge', '--kind', '*', '--expires', '1h', '--reason', 'known'])).code).toBe(0);

@@ -5,6 +5,7 @@
  */
 import { jsonText } from '../json-text.js';
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EXIT } from '../exit-codes.js';
 import { formatDuration, loadConfig, type ServiceConfig, type TargetConfig, type TenantConfig } from '../service/config.js';
@@ -15,13 +16,16 @@ import { SCENARIO_NAMES } from '../probe/scenarios/index.js';
 import { parseBaseUrl } from '../probe/target/base-url.js';
 import { markerKeyPath, runStorePath } from '../installation/home.js';
 import { InstallationError } from '../installation/installation-error.js';
-import { createInstallationRegistry, persistPlantings } from '../installation/registry.js';
+import { installationKey } from '../installation/marker-key.js';
+import { createInstallationRegistry, persistPlantings, recentMarkersFrom } from '../installation/registry.js';
 import { applySilences } from '../service/silences.js';
 import { openStore } from '../service/store.js';
 import { configTargetAt, endpointName, runSilences } from './run-silences.js';
+import { adoptConfigTarget } from './run-config-target.js';
 import { checkOutputFile, writeOutputFile, type OutputFileRules } from './output-file.js';
 import { exitCodeFor, quietLine, summaryTable, toJson, toJunit } from './run-output.js';
 import { RunCut } from '../probe/run-cut.js';
+import { targetSecrets } from '../probe/redactor.js';
 import { forTerminal, oneLine } from '../terminal-text.js';
 import { UsageError, durationFlag, headerFlags, parseArgsMessage, positiveIntFlag } from './usage.js';
 import { DEFAULT_RUN_DEADLINE_MS, MAX_REQUEST_TIMEOUT_MS, MAX_RUN_DEADLINE_MS } from '../bounds.js';
@@ -58,9 +62,11 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
   --store FILE            where plantings and this run are recorded, so later runs attribute its markers
                           (default $KVCANARY_HOME/runs.sqlite, ~/.config/kvcanary/runs.sqlite; may be the
                           file \`serve\` writes); silences acknowledged in it (\`kvcanary ack --store FILE\`) apply
-  --config FILE           apply the \`silences:\` of this serve config too (its api_key_env variables need not
-                          be set). The run is named after the config target with this URL, else HOST:PORT of
-                          the URL (e.g. 10.0.0.5:8000); silences match it by that name.
+  --config FILE           apply the \`silences:\` of this serve config too. The run is named after the config
+                          target with this URL, else HOST:PORT of the URL (e.g. 10.0.0.5:8000); silences match
+                          it by that name. At a config target's URL the run probes as serve would: its key,
+                          headers, tenants (keys, cache_salts) and model, unless flags give them (its keys must
+                          be set; other targets' api_key_env variables need not be).
                           A silenced finding is listed, marked acknowledged, and does not count for --fail-on
   -q, --quiet             no progress on stderr, and the verdict as one line (with its reason, e.g.
                           "INCONCLUSIVE (unreachable)") instead of the table
@@ -92,21 +98,32 @@ export async function runMain(args: string[]): Promise<number> {
   // a stored run is about one endpoint.
   const configName = configTargetAt(config, opts.target.baseUrl);
   if (configName !== undefined) opts.target.name = configName;
+  // A configured target is probed as serve probes it: its key, headers, tenants and model (flags win).
+  if (config !== undefined && configName !== undefined) opts.target = adoptConfigTarget(opts.target, config, opts.config!, process.env);
   // The installation's key and store: markers planted by earlier runs decrypt and are attributed to them.
   const storePath = opts.store ?? runStorePath();
   // A --junit path that cannot be written is found now, not after the whole run (the verdict would be lost).
   if (opts.junit !== undefined) checkOutputFile(opts.junit, junitRules(storePath));
-  const store = openStore({ path: storePath, retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
-  let registry;
+  // The marker key (and the fragment bound) before the store: a bad key exits 64 naming its file without
+  // creating or touching a store.
+  let key: Uint8Array;
   try {
-    store.prune(Date.now());
-    registry = createInstallationRegistry({ store, since: Date.now() - RUN_STORE_RETENTION_MS });
+    key = installationKey(process.env).key;
+    recentMarkersFrom(process.env);
   } catch (err) {
-    store.close();
     if (err instanceof InstallationError) {
       process.stderr.write(`kvcanary run: ${err.message}\n`);
       return EXIT.usage;
     }
+    throw err;
+  }
+  const store = openStore({ path: storePath, retentionMs: RUN_STORE_RETENTION_MS, secrets: runSecrets(opts.target) });
+  let registry;
+  try {
+    store.prune(Date.now());
+    registry = createInstallationRegistry({ store, since: Date.now() - RUN_STORE_RETENTION_MS, key });
+  } catch (err) {
+    store.close();
     throw err;
   }
   const controller = new AbortController();
@@ -174,10 +191,17 @@ function junitRules(storePath: string): OutputFileRules {
 /** Plantings older than this are pruned from `run`'s store (the service's default retention). */
 const RUN_STORE_RETENTION_MS = 7 * 86_400_000;
 
-/** Credential values the run's store must scrub. */
+/** Secret values the run's store must scrub: the probe's own list (keys, salts, secret headers, URL credentials, key files' keys). */
 function runSecrets(target: TargetConfig): string[] {
-  const vars = [target.apiKeyEnv, ...target.tenants.map((t) => t.apiKeyEnv)];
-  return vars.flatMap((v) => (v !== undefined && process.env[v] ? [process.env[v]!] : []));
+  const files = [target.apiKeyFile, ...target.tenants.map((t) => t.apiKeyFile)].flatMap((f) => (f === undefined ? [] : [f]));
+  return [...targetSecrets(target, process.env), ...files.flatMap((f) => {
+    try {
+      const key = readFileSync(f, 'utf8').trim();
+      return key === '' ? [] : [key];
+    } catch {
+      return [];
+    }
+  })];
 }
 
 interface RunOptions {

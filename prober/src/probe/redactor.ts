@@ -1,6 +1,6 @@
 /**
  * One redactor per run or service, built from every configured secret: API keys (the target's and every
- * tenant's), every header value not on a short allow-list of known non-secret headers, and credentials in a
+ * tenant's), every tenant's cache_salt (its separation in a shared prefix cache), every header value not on a short allow-list of known non-secret headers, and credentials in a
  * base URL. Every output path passes text through it: the finished ProbeRun (so `--json`, the stderr summary,
  * JUnit, the store, metrics, the status page and `report` all see redacted text), progress lines and logs.
  *
@@ -52,7 +52,7 @@ export interface SecretSources {
   baseUrl: string;
   apiKeyEnv?: string;
   headers: Record<string, string>;
-  tenants: ReadonlyArray<{ apiKeyEnv?: string }>;
+  tenants: ReadonlyArray<{ apiKeyEnv?: string; cacheSalt?: string }>;
 }
 
 /** Every secret value one target's config refers to, reading keys from `env`. */
@@ -60,7 +60,11 @@ export function targetSecrets(target: SecretSources, env: Record<string, string 
   const out: string[] = [];
   const add = (v: string | undefined): void => { if (v !== undefined && v !== '') out.push(v); };
   if (target.apiKeyEnv !== undefined) add(env[target.apiKeyEnv]);
-  for (const t of target.tenants) if (t.apiKeyEnv !== undefined) add(env[t.apiKeyEnv]);
+  for (const t of target.tenants) {
+    if (t.apiKeyEnv !== undefined) add(env[t.apiKeyEnv]);
+    // A salt is scrubbed like a key (and, like a key, not when shorter than redact.ts's minimum).
+    add(t.cacheSalt);
+  }
   for (const [name, value] of Object.entries(target.headers)) if (isSecretHeader(name)) add(value);
   for (const c of urlCredentials(target.baseUrl)) add(c);
   return out;

@@ -13,7 +13,7 @@ export function renderFleetSection(s: FleetStatus): string {
 ${rows.join('\n')}
 </tbody></table>`;
   return `<section><h2>Fleet <small>shard ${escapeHtml(s.shard)} · probing ${s.targets} target${s.targets === 1 ? '' : 's'}</small></h2>
-<p>Discovery sources (targets are named SOURCE/HOST:PORT; <a href="/api/targets">/api/targets</a> lists this shard's).</p>
+<p>Discovery sources (targets are named SOURCE/HOST:PORT; <a href="api/targets">/api/targets</a> lists this shard's).</p>
 ${table}</section>
 `;
 }

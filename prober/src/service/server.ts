@@ -338,7 +338,7 @@ export function isCliRun(runId: string): boolean {
 /** Endpoints only `kvcanary run --store` probed into this store: one line each, out of the way. */
 function cliRunsSection(targets: readonly TargetLatest[], now: number): string {
   if (targets.length === 0) return '';
-  const rows = targets.map((t) => `<li>${badge(t.lastRun.outcome)} <b>${escapeHtml(t.target)}</b> <small>${escapeHtml(t.lastRun.baseUrl)}</small> ${ago(t.lastRun.finishedAt, now)} · ${t.lastRun.findingCount} finding${t.lastRun.findingCount === 1 ? '' : 's'} · <a href="/api/runs?target=${encodeURIComponent(t.target)}">runs</a></li>`);
+  const rows = targets.map((t) => `<li>${badge(t.lastRun.outcome)} <b>${escapeHtml(t.target)}</b> <small>${escapeHtml(t.lastRun.baseUrl)}</small> ${ago(t.lastRun.finishedAt, now)} · ${t.lastRun.findingCount} finding${t.lastRun.findingCount === 1 ? '' : 's'} · <a href="api/runs?target=${encodeURIComponent(t.target)}">runs</a></li>`);
   return `<section id="cli-runs"><details><summary>${targets.length} endpoint${targets.length === 1 ? '' : 's'} probed by <code>kvcanary run --store</code> into this store (not probed by this serve)</summary>
 <ul>${rows.join('')}</ul></details></section>`;
 }
@@ -437,7 +437,7 @@ details summary{cursor:pointer;color:#0969da;font-size:.9em}.allnotes{margin:.2e
 </style></head><body>
 <h1>kvcanary status</h1>
 ${status}<p>Legend: ${badge('pass')} isolation established · ${badge('partial')} the cheap checks run passed, no behavioural pass (not a pass) · ${badge('fail')} finding · ${badge('inconclusive')} could not be established (not a pass) · ${badge('not-applicable')} the endpoint lacks the mechanism (not a pass of that scenario) · ${badge('none')}
-· <a href="/metrics">/metrics</a> · <a href="/api/runs">/api/runs</a> · <a href="/api/findings">/api/findings</a> · <a href="/healthz">/healthz</a></p>
+· <a href="metrics">/metrics</a> · <a href="api/runs">/api/runs</a> · <a href="api/findings">/api/findings</a> · <a href="healthz">/healthz</a></p>
 ${attentionSection(items, input.findings, input.now)}
 ${input.extraHtml ?? ''}${ordered.length > 0 ? ordered.join('\n') : '<p>No targets configured.</p>'}
 ${cliRunsSection(cliOnly, input.now)}
