@@ -93,7 +93,7 @@ export function fullScaleTable(f: FullScaleFigures): string {
     ...names.map((n) => `| \`${n}\` | ${presets.map((p) => cell(n, p)).join(' | ')} |`),
     '',
     ...(longest === undefined ? [] : [`Peak RSS over these runs: engine ${peak('enginePeakMiB')} MiB, prober ${peak('proberPeakMiB')} MiB; the longest run \`${longest.name}\` against \`${longest.preset}\`, ${int(longestSeconds ?? 0)} s (each run's wall time and peak memory are in the JSON's \`runs\`).`, '']),
-    ...(unmeasuredHealthy.length === 0 ? [] : [`Not measured: ${(f.unmeasured ?? []).map((u) => `\`${u}\``).join(', ')} ([What was not measured](docs/cost.md#what-was-not-measured-and-what-the-runs-found) says why); the daily totals below leave ${unmeasuredHealthy.join(', ')} out.`, '']),
+    ...(unmeasuredHealthy.length === 0 ? [] : [`Not measured: ${(f.unmeasured ?? []).map((u) => `\`${u}\``).join(', ')} ([What the runs found](docs/cost.md#what-the-runs-found) says why); the daily totals below leave ${unmeasuredHealthy.join(', ')} out.`, '']),
     `A day for one healthy (\`${HEALTHY_PRESET}\`) full-scale target on the default ${formatDuration(tiers.schedule.intervalMs)} interval: ` +
       `the default cost tiers (${schedule}) **${millions(f.daily.defaultTiers.computed)} tokens computed**, ${millions(f.daily.defaultTiers.sent)} sent; ` +
       `every scenario every cycle **${millions(f.daily.everyCycle.computed)} computed**, ${millions(f.daily.everyCycle.sent)} sent.`,

@@ -72,6 +72,19 @@ describe('default budgets at full scale', () => {
 });
 
 describe('a healthy full-scale endpoint under the default tiers', () => {
+  // Issue 25's goal, on measured rows only: a healthy full-scale endpoint computes at most 50 M tokens a day for
+  // the default tiers, while the incident's signature is checked every 15 minutes, each race scenario keeps 24
+  // runs a day (its windows a day, so its daily power, as before the cut) and the prefix scenarios run daily.
+  it('the default tiers cost a healthy full-scale endpoint at most 50 M tokens computed a day, every row measured', () => {
+    expect((figures.unmeasured ?? []).filter((u) => u.startsWith(`${HEALTHY_PRESET}/`))).toEqual([]);
+    expect(figures.daily.defaultTiers.computed).toBeLessThanOrEqual(50_000_000);
+    const day = runsOver(defaultSchedule(), 86_400_000);
+    expect(day.get('overlimit-rejection')).toBeGreaterThanOrEqual(96);
+    expect(day.get('abort-race')).toBeGreaterThanOrEqual(24);
+    expect(day.get('concurrent-interleave')).toBeGreaterThanOrEqual(24);
+    for (const s of ['prefix-isolation', 'prefix-collision', 'prefix-churn']) expect(day.get(s), s).toBeGreaterThanOrEqual(1);
+  });
+
   it('computes the day the JSON states, from its remediated rows', () => {
     const day = runsOver(defaultSchedule(), 86_400_000);
     const computed = figures.scenarios.filter((r) => r.preset === HEALTHY_PRESET).reduce((a, r) => a + (day.get(r.name) ?? 0) * r.computed, 0);
