@@ -12,11 +12,11 @@
  *
  * Writes bench/default-runs.json (or --out) after every configuration and prints a table.
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEngine, type StartEngineOptions } from '../engine-under-test/src/index.js';
+import { runKvcanary } from './cli-run.js';
 import { formatProportion, proportion, zeroEventUpperBound } from './proportion.js';
 
 interface Config {
@@ -45,29 +45,15 @@ function arg(name: string): string | undefined {
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
 
-function runCli(url: string, home: string): Promise<RunRecord> {
-  const t0 = performance.now();
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['bin/kvcanary.js', 'run', '--target', url, '--json', '-q'], {
-      env: { ...process.env, KVCANARY_HOME: home },
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
-    let out = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
-    child.on('error', reject);
-    child.on('close', (exit) => {
-      let kinds: string[] = [];
-      let outcomes: Record<string, string> = {};
-      try {
-        const doc = JSON.parse(out) as { findings?: { kind: string }[]; scenarios?: { name: string; outcome: string }[] };
-        kinds = [...new Set((doc.findings ?? []).map((f) => f.kind))];
-        outcomes = Object.fromEntries((doc.scenarios ?? []).map((s) => [s.name, s.outcome]));
-      } catch {
-        kinds = ['(no JSON on stdout)'];
-      }
-      resolve({ exit, ms: performance.now() - t0, kinds, outcomes });
-    });
-  });
+async function runCli(url: string, home: string): Promise<RunRecord> {
+  const run = await runKvcanary<{ findings?: { kind: string }[]; scenarios?: { name: string; outcome: string }[] }>(url, home);
+  if (run.doc === undefined) return { exit: run.exit, ms: run.ms, kinds: ['(no JSON on stdout)'], outcomes: {} };
+  return {
+    exit: run.exit,
+    ms: run.ms,
+    kinds: [...new Set((run.doc.findings ?? []).map((f) => f.kind))],
+    outcomes: Object.fromEntries((run.doc.scenarios ?? []).map((s) => [s.name, s.outcome])),
+  };
 }
 
 const runs = Number(arg('runs') ?? 10);

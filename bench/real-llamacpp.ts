@@ -14,12 +14,12 @@
  * configurations not run this time, and prints a table. Each row keeps its runs (`records`); `--resume`
  * continues a row from them up to --runs instead of starting it again. Run it under `nice -n 10`.
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { COPIER_MODEL, FAULTS_SERVER, LLAMA_SERVER, startLlamaServer } from '../test/real/llama-server.js';
 import { FAULTS, THREADS } from '../test/real/layouts.js';
+import { runKvcanary } from './cli-run.js';
 import { proportion, zeroEventUpperBound, type Proportion } from './proportion.js';
 import type { CopyFidelityResult } from './copy-fidelity.js';
 import type { RealLlamaFigures, RealLlamaRow } from './real-llamacpp-figures.js';
@@ -44,37 +44,24 @@ function arg(name: string): string | undefined {
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
 
-function runCli(url: string, home: string): Promise<RunRecord> {
-  const t0 = performance.now();
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['bin/kvcanary.js', 'run', '--target', url, '--json', '-q'], {
-      env: { ...process.env, KVCANARY_HOME: home },
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
-    let out = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
-    child.on('error', reject);
-    child.on('close', (exit) => {
-      const rec: RunRecord = { exit, ms: performance.now() - t0, kinds: [], aboveInfo: 0, longestLeak: 0, wholeMarker: false, selfEcho: false };
-      try {
-        const doc = JSON.parse(out) as {
-          findings?: { kind: string; severity: string; evidence?: { facts?: { matchedChars?: number; exact?: boolean } } }[];
-          scenarios?: { notes: string[] }[];
-        };
-        const findings = doc.findings ?? [];
-        rec.kinds = [...new Set(findings.map((f) => f.kind))];
-        rec.aboveInfo = findings.filter((f) => f.severity !== 'info').length;
-        for (const f of findings.filter((x) => x.kind === 'cross-request-leak')) {
-          rec.longestLeak = Math.max(rec.longestLeak, f.evidence?.facts?.matchedChars ?? 0);
-          rec.wholeMarker ||= f.evidence?.facts?.exact === true;
-        }
-        rec.selfEcho = (doc.scenarios ?? []).some((s) => s.notes.some((n) => /self-echo: [1-9]\d* of/.test(n)));
-      } catch {
-        rec.kinds = ['(no JSON on stdout)'];
-      }
-      resolve(rec);
-    });
-  });
+interface RunDoc {
+  findings?: { kind: string; severity: string; evidence?: { facts?: { matchedChars?: number; exact?: boolean } } }[];
+  scenarios?: { notes: string[] }[];
+}
+
+async function runCli(url: string, home: string): Promise<RunRecord> {
+  const { exit, ms, doc } = await runKvcanary<RunDoc>(url, home);
+  const rec: RunRecord = { exit, ms, kinds: [], aboveInfo: 0, longestLeak: 0, wholeMarker: false, selfEcho: false };
+  if (doc === undefined) return { ...rec, kinds: ['(no JSON on stdout)'] };
+  const findings = doc.findings ?? [];
+  rec.kinds = [...new Set(findings.map((f) => f.kind))];
+  rec.aboveInfo = findings.filter((f) => f.severity !== 'info').length;
+  for (const f of findings.filter((x) => x.kind === 'cross-request-leak')) {
+    rec.longestLeak = Math.max(rec.longestLeak, f.evidence?.facts?.matchedChars ?? 0);
+    rec.wholeMarker ||= f.evidence?.facts?.exact === true;
+  }
+  rec.selfEcho = (doc.scenarios ?? []).some((s) => s.notes.some((n) => /self-echo: [1-9]\d* of/.test(n)));
+  return rec;
 }
 
 /** One 8k-token prefill of the copier at -t 1, on the pristine build. */
