@@ -51,8 +51,8 @@ export const RUN_USAGE = `usage: kvcanary run --target URL [options]
                           advertises none)
   --planter-tokens N      prompt tokens per planter (default: sized from the KV pool)
   --rounds N              abort-race race windows (default 29; a pass needs 29)
-  --ballast-hold MODE     abort-race ballast: prompt (default: half prompt, half generation) or generation
-                          (a short prompt, a long generation: see docs/cost.md)
+  --ballast-hold MODE     abort-race and concurrent-interleave ballast: prompt (default: half prompt, half
+                          generation) or generation (a short prompt, a long generation: see docs/cost.md)
   --chat                  use /v1/chat/completions instead of /v1/completions
   --json                  print one JSON document on stdout
   --fail-on SEVERITY      exit 1 only for a finding at or above it: critical, high, warning (default), info;

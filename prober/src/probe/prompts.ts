@@ -50,9 +50,12 @@ export function sourceText(source: PromptSource): string {
   return Array.from(source.chunks()).join('');
 }
 
-/** An over-limit (or near-limit) prompt of `repetitions` filler paragraphs, ending with the marker cue. */
-export function overlimitPrompt(repetitions: number): PromptSource {
-  return repeatedSource(OVERLIMIT_HEADER, FILLER, repetitions, `\n\nQuote the reference code: ${MARKER_CUE}`);
+/**
+ * An over-limit (or near-limit) prompt of `repetitions` filler paragraphs, ending with the marker cue;
+ * `opening`, when given, comes first (prompts that must not share a cached prefix open differently).
+ */
+export function overlimitPrompt(repetitions: number, opening = ''): PromptSource {
+  return repeatedSource(opening + OVERLIMIT_HEADER, FILLER, repetitions, `\n\nQuote the reference code: ${MARKER_CUE}`);
 }
 
 /**

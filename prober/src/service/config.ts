@@ -46,7 +46,7 @@
  *     plant_tokens: 1048576         # planted tokens per overlimit-handoff cycle / churned per prefix-churn round
  *     abort_rounds: 29              # abort-race race windows per cycle (a pass needs 29)
  *     abort_ballast: true           # abort-race fills the exposed pool with ballast so freed pages are reused at once
- *     ballast_hold: prompt          # prompt: half prompt, half generation; generation: a short prompt, a long generation
+ *     ballast_hold: prompt          # both ballasts: prompt = half prompt, half generation; generation = a short prompt, a long generation
  *     reader_max_tokens: 48         # generated tokens asked of readers and planters
  *     sweep: [0.5, 0.75, 0.95]      # prompt sizes (fractions of the context limit) when the pool is hidden
  *     chat: false                   # use /v1/chat/completions instead of /v1/completions
@@ -55,6 +55,7 @@
  *     timing_alpha: 0.001           # prefix-isolation: false-alarm rate of the timing test, per cycle
  *     timing_min_effect: 0.2        # prefix-isolation: smallest median TTFT saving that counts
  *     interleave_waves: [2, 4, 8]   # concurrent-interleave: requests in flight together, one wave each
+ *     interleave_ballast: true      # concurrent-interleave holds the exposed pool with ballast so freed pages are reused at once
  *     churn_rounds: 2               # prefix-churn rounds per cycle
  *
  *   allowed_hosts: [canary.internal] # Host names the status server also answers under (besides its listen
@@ -387,6 +388,7 @@ const TUNING_KEYS: Readonly<Record<string, { field: keyof ProbeTuning; kind: Tun
   timing_alpha: { field: 'timingAlpha', kind: 'fraction' },
   timing_min_effect: { field: 'timingMinEffect', kind: 'fraction' },
   interleave_waves: { field: 'interleaveWaves', kind: 'ints' },
+  interleave_ballast: { field: 'interleaveBallast', kind: 'bool' },
   churn_rounds: { field: 'churnRounds', kind: { int: 1 } },
 };
 

@@ -22,6 +22,11 @@ export interface BallastSpec {
   holdTimeoutMs?: number;
   /** 'generation': a short prompt and the rest as max_tokens (ProbeTuning.ballastHold). @default 'prompt' */
   hold?: 'prompt' | 'generation';
+  /**
+   * Each piece's prompt opens with its own line, so that a prefix cache cannot serve one piece's prompt pages
+   * to another (identical pieces would share them, and hold that much less of the pool). @default false
+   */
+  distinct?: boolean;
 }
 
 export interface Ballast {
@@ -50,16 +55,17 @@ export function holdBallast(ctx: ScenarioContext, spec: BallastSpec): Ballast {
   // `target` is the generation's share; held by generation, all but a 256-token prompt.
   const target = spec.hold === 'generation' ? Math.max(256, each - 256) : Math.min(Math.floor(spec.admitTokens * 0.8), Math.max(256, Math.floor(each / 2)));
   const reps = line === undefined ? 0 : Math.max(1, Math.floor((Math.max(16, each - target) - line.overhead) / line.perRepetition));
-  const maxTokens = line === undefined ? target : Math.max(16, each - tokensFor(line, reps));
+  const opening = spec.distinct === true ? 8 : 0; // "Part N. ": at most 8 tokens on any tokenizer
+  const maxTokens = line === undefined ? target : Math.max(16, each - tokensFor(line, reps) - opening);
 
-  const start = (): Piece => {
+  const start = (i: number): Piece => {
     let onFirst!: () => void;
     const holding = new Promise<void>((resolve) => (onFirst = resolve));
     const piece: Piece = { running: true, holding, done: Promise.resolve() };
     piece.done = exchange(ctx, {
       role: 'ballast',
-      prompt: overlimitPrompt(reps),
-      promptTokens: tokensFor(line!, reps),
+      prompt: overlimitPrompt(reps, spec.distinct === true ? `Part ${i + 1}. ` : ''),
+      promptTokens: tokensFor(line!, reps) + opening,
       maxTokens,
       stream: true,
       signal: stop.signal,
@@ -76,7 +82,7 @@ export function holdBallast(ctx: ScenarioContext, spec: BallastSpec): Ballast {
     pieces,
     async ensure() {
       if (pieces === 0 || stop.signal.aborted || ctx.signal.aborted) return;
-      for (let i = 0; i < slots.length; i++) if (slots[i]?.running !== true) slots[i] = start();
+      for (let i = 0; i < slots.length; i++) if (slots[i]?.running !== true) slots[i] = start(i);
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
         Promise.all(slots.map((p) => p!.holding)),

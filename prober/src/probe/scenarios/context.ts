@@ -71,6 +71,12 @@ export interface ProbeTuning {
   timingMinEffect?: number;
   /** concurrent-interleave: requests in flight together, one wave per entry. @default [2, 4, 8] */
   interleaveWaves?: number[];
+  /**
+   * concurrent-interleave: hold ballast over all but a sliver of the exposed KV pool while the waves run, so
+   * pages freed by one request are handed to the next whatever the free list's order (interleave-sizing.ts).
+   * Off, a pass states no race power. @default true
+   */
+  interleaveBallast?: boolean;
   /** prefix-churn: cache, churn and re-read rounds per cycle (each churns the whole pool). @default 2 */
   churnRounds?: number;
 }

@@ -8,6 +8,7 @@
  */
 import type { ProbeTuning } from './context.js';
 import { limitProbes } from './overlimit-handoff.js';
+import { DEFAULT_INTERLEAVE_WAVES, interleaveSizes } from './interleave-sizing.js';
 
 export interface EndpointSizes {
   contextTokens?: number;
@@ -83,19 +84,26 @@ function abortRace(s: EndpointSizes, t: ProbeTuning, bound: number, out: number)
   return { sent, computed };
 }
 
-function concurrentInterleave(s: EndpointSizes, t: ProbeTuning, bound: number, out: number): TokenCost {
-  const waves = t.interleaveWaves ?? [2, 4, 8];
-  const widest = Math.max(1, ...waves);
-  const planter = t.planterTokens ?? clamp(Math.floor((bound * 1.5) / widest), 128, PLANTER_CAP);
-  const reader = clamp(Math.floor(bound / widest) - out - 64, 64, PLANTER_CAP);
+function concurrentInterleave(s: EndpointSizes, t: ProbeTuning, out: number): TokenCost {
+  const waves = t.interleaveWaves ?? DEFAULT_INTERLEAVE_WAVES;
+  const { planterTokens: planter, readerTokens: reader, ballastTokens } = interleaveSizes(s, t);
   // A window per wave at best; the widths repeat until 29 windows. Over-limit prompts (one a wave at most)
-  // only in the first pass, rejected by a healthy endpoint.
+  // only in the first pass, rejected by a healthy endpoint. Half the slots are planters; half the readers are
+  // the long reader, half a short one that opens like a planter (counted as a long one here).
   const slotsPerPass = waves.reduce((a, w) => a + w, 0);
   const passes = Math.ceil(RACE_WINDOWS / Math.max(1, waves.length));
   const slots = slotsPerPass * passes;
   const over = s.contextTokens === undefined ? 0 : waves.length * (s.contextTokens + Math.max(16, Math.ceil(s.contextTokens * 0.02)));
   const half = slots / 2;
-  return { sent: CALIBRATION + over + half * (planter + reader), computed: CALIBRATION + half * (planter + reader + 2 * out) };
+  // The ballast (interleave-sizing.ts): about half its tokens as prompt (held by generation, a 256-token prompt
+  // per piece), prefilled once and held for the run, a few seconds at 1/32 scale. A piece whose generation ends
+  // is re-sent before the next wave: budgets hold one re-send of each (its prompt is then served from a prefix
+  // cache where there is one, so the computed estimate counts it once).
+  const ballastPrompt = ballastTokens === 0 ? 0 : t.ballastHold === 'generation' ? 512 : Math.ceil(ballastTokens / 2);
+  return {
+    sent: CALIBRATION + over + 2 * ballastPrompt + half * (planter + reader),
+    computed: CALIBRATION + ballastPrompt + half * (planter + reader + 2 * out),
+  };
 }
 
 /** One run's expected cost on a healthy endpoint, or undefined when it depends on a size nobody stated. */
@@ -124,7 +132,7 @@ export function scenarioCost(scenario: string, s: EndpointSizes, t: ProbeTuning 
     case 'abort-race':
       return known ? abortRace(s, t, bound, out) : undefined;
     case 'concurrent-interleave':
-      return known ? concurrentInterleave(s, t, bound, out) : undefined;
+      return known ? concurrentInterleave(s, t, out) : undefined;
     case 'prefix-isolation': {
       // Per round (prefix-isolation.ts): A's plant, A's control, B's read, a fresh prefix and the suffix alone;
       // a confirmation set of rounds again; and, where the first timing test is too weak to state absence, once

@@ -37,14 +37,14 @@ export const ABORT_RACE_MEASURED_FAULTS: readonly string[] = ['late-write', 'off
  * FIFO and LIFO free lists and on a configuration the workload was never tuned on, the Wilson 95% lower bound of
  * per-run recall is >= CONCURRENT_INTERLEAVE_CONFIDENCE (test/prober/race-calibration.test.ts).
  *
- * What the rows show (docs/measured.md, "Race power of concurrent-interleave"): at 1/64 the fault was caught in
- * 22/30 (FIFO) and 30/30 (LIFO) runs at rate 0.5, but at 1/32 with a FIFO free list in 0/30 at every rate
- * (and 0/3 with the fault on every event; 3/3 with planters of 8192 tokens instead of the clamped 4096, so
- * that the widest wave overflows the free pool): the waves do not cycle a pool that size, so a FIFO (least recently
- * released first) free list never hands out a page that still backs an entry the readers re-use. The lowest
- * Wilson lower bound at every measured rate is therefore 0, and that is what a pass states: this workload's
- * pass is no evidence against a restore race on such an endpoint. (abort-race fills the pool with ballast so
- * that freed pages are reused whatever the order; this scenario does not.)
+ * What the rows of 2026-12-04 20:24-21:02 UTC show (docs/measured.md, "Race power of concurrent-interleave"),
+ * measured before the workload held ballast: at 1/64 the fault was caught in 22/30 (FIFO) and 30/30 (LIFO)
+ * runs at rate 0.5, but at 1/32 with a FIFO free list in 0/30 at every rate: the waves did not cycle a pool
+ * that size, so a FIFO (least recently released first) free list never handed out a page that still backed
+ * an entry the readers re-used. Hence the 0 below. The workload now holds ballast over the exposed pool
+ * (interleave-sizing.ts), as abort-race does, so that freed pages are reused whatever the order; these
+ * constants are restated from its full calibration (`--restate`), and until then state what was measured.
+ * Without ballast (no pool exposed) a pass states CONCURRENT_INTERLEAVE_UNHELD_CONFIDENCE.
  */
 /** Windows of concurrent-interleave's measured workload: a pass needs them. */
 export const CONCURRENT_INTERLEAVE_WINDOWS = 29;
@@ -56,12 +56,22 @@ export const CONCURRENT_INTERLEAVE_CONFIDENCE = 0;
 export const CONCURRENT_INTERLEAVE_MEASURED_FAULTS: readonly string[] = ['prompt-cache-restore-race'];
 
 /**
+ * concurrent-interleave without ballast (the endpoint exposes no pool, or `interleave_ballast: false`): the
+ * workload as it was before ballast, measured at 0 (bench/race-calibration-interleave.json of 2026-12-04
+ * 20:24-21:02 UTC, docs/measured.md: FIFO free list at scale 1/32, 0/30 runs caught at rates 0.1, 0.2 and
+ * 0.5). Such a pass states no race power. Not a calibration of the current workload: the bench's
+ * `--restate` leaves it alone.
+ */
+export const CONCURRENT_INTERLEAVE_UNHELD_CONFIDENCE = 0;
+
+/**
  * concurrent-interleave's power after `windows` windows. The full workload states the measured confidence; a
  * run cut short of it (never a pass) states it scaled down by the share run, 1 - (1 - c)^(windows /
- * CONCURRENT_INTERLEAVE_WINDOWS) (`basis: 'scaled'`: no run of that length was measured).
+ * CONCURRENT_INTERLEAVE_WINDOWS) (`basis: 'scaled'`: no run of that length was measured). Without ballast
+ * held (`held` false) the measured confidence is CONCURRENT_INTERLEAVE_UNHELD_CONFIDENCE.
  */
-export function concurrentInterleavePower(windows: number): Power {
-  const c = CONCURRENT_INTERLEAVE_CONFIDENCE;
+export function concurrentInterleavePower(windows: number, held = true): Power {
+  const c = held ? CONCURRENT_INTERLEAVE_CONFIDENCE : CONCURRENT_INTERLEAVE_UNHELD_CONFIDENCE;
   if (windows >= CONCURRENT_INTERLEAVE_WINDOWS) return { trials: windows, detectableRate: CONCURRENT_INTERLEAVE_DETECTABLE_RATE, confidence: c, basis: 'measured' };
   const confidence = windows <= 0 ? 0 : 1 - Math.pow(1 - c, windows / CONCURRENT_INTERLEAVE_WINDOWS);
   return { trials: windows, detectableRate: CONCURRENT_INTERLEAVE_DETECTABLE_RATE, confidence: Math.floor(confidence * 10_000) / 10_000, basis: 'scaled' };
