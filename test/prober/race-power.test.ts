@@ -18,6 +18,7 @@ import {
   ABORT_RACE_MEASURED_FAULTS,
   CONCURRENT_INTERLEAVE_CONFIDENCE,
   CONCURRENT_INTERLEAVE_DETECTABLE_RATE,
+  CONCURRENT_INTERLEAVE_UNHELD_CONFIDENCE,
   CONCURRENT_INTERLEAVE_WINDOWS,
   abortRacePower,
   concurrentInterleavePower,
@@ -74,13 +75,16 @@ describe('abort-race', () => {
 });
 
 describe('concurrent-interleave', () => {
-  it('a pass states the measured power: the workload bench:race-calibration ran (29 windows), its rate and confidence, and the fault it was measured on', async () => {
+  // With the pool exposed (the bundled engine) a pass states CONCURRENT_INTERLEAVE_CONFIDENCE:
+  // test/prober/engine-concurrent-interleave.test.ts. This endpoint exposes none.
+  it('no pool exposed: no ballast, said so, and a pass after the 29 windows states the power measured without ballast', async () => {
     const r = await probe('concurrent-interleave');
     expect(r.outcome, r.notes.join('\n')).toBe('pass');
-    expect(r.power).toEqual({ trials: expect.any(Number), detectableRate: CONCURRENT_INTERLEAVE_DETECTABLE_RATE, confidence: CONCURRENT_INTERLEAVE_CONFIDENCE, basis: 'measured' });
+    expect(r.power).toEqual({ trials: expect.any(Number), detectableRate: CONCURRENT_INTERLEAVE_DETECTABLE_RATE, confidence: CONCURRENT_INTERLEAVE_UNHELD_CONFIDENCE, basis: 'measured' });
     expect(r.power!.trials).toBeGreaterThanOrEqual(CONCURRENT_INTERLEAVE_WINDOWS);
     const notes = r.notes.join('\n');
-    expect(notes).toMatch(/power \(measured on the bundled engine.s prompt-cache-restore-race, bench\/race-calibration-interleave.json\)/);
+    expect(notes).toMatch(/no ballast \(pool not exposed\)/);
+    expect(notes).toMatch(/power: none stated without ballast \(measured on the bundled engine.s prompt-cache-restore-race/);
     expect(notes).not.toMatch(/caught with probability 0\.95/);
   });
 
@@ -91,6 +95,7 @@ describe('concurrent-interleave', () => {
     expect(short.confidence).toBeCloseTo(1 - (1 - CONCURRENT_INTERLEAVE_CONFIDENCE) ** (10 / CONCURRENT_INTERLEAVE_WINDOWS), 3);
     expect(concurrentInterleavePower(0).confidence).toBe(0);
     expect(concurrentInterleavePower(40)).toMatchObject({ basis: 'measured', confidence: CONCURRENT_INTERLEAVE_CONFIDENCE });
+    expect(concurrentInterleavePower(40, false)).toMatchObject({ basis: 'measured', confidence: CONCURRENT_INTERLEAVE_UNHELD_CONFIDENCE });
   });
 });
 
