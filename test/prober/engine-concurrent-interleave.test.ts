@@ -9,11 +9,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { startEngine, type RunningEngine, type StartEngineOptions } from '../../engine-under-test/src/start.js';
 import type { TargetConfig } from '../../prober/src/service/config.js';
 import { createMarkerRegistry } from '../../prober/src/probe/marker-registry.js';
-import { runProbe } from '../../prober/src/probe/probe.js';
+import { createProbe, runProbe } from '../../prober/src/probe/probe.js';
 import type { ScenarioResult } from '../../prober/src/probe/result.js';
 import { createScanner } from '../../prober/src/probe/scanner.js';
 import type { ProbeTuning } from '../../prober/src/probe/scenarios/context.js';
 import { interleaveSizes, type AdvertisedPools } from '../../prober/src/probe/scenarios/interleave-sizing.js';
+import { createPoolHolds } from '../../prober/src/probe/scenarios/pool-hold.js';
 import {
   CONCURRENT_INTERLEAVE_CONFIDENCE,
   CONCURRENT_INTERLEAVE_DETECTABLE_RATE,
@@ -85,6 +86,41 @@ describe('concurrent-interleave against the bundled engine (FIFO free list, 1/32
     expect(result.power).toMatchObject({ confidence: CONCURRENT_INTERLEAVE_UNHELD_CONFIDENCE, basis: 'measured' });
     expect(notes(result)).toMatch(/power: none stated without ballast/);
   }, 60_000);
+});
+
+describe('one ballast an endpoint at a time', () => {
+  it('beside abort-race in one prober (serve runs a cycle\'s scenarios two at a time): one holds the pool, the other runs in its sliver and says whose ballast it was; both pass', async () => {
+    engine = await startEngine({ preset: 'single', scale: 64, freeList: 'fifo', log: () => {} });
+    const registry = createMarkerRegistry();
+    const probe = createProbe({ registry, scanner: createScanner(registry) });
+    const target: TargetConfig = {
+      name: 'engine', baseUrl: engine.url, headers: {}, tenants: [], scenarios: [],
+      schedule: { intervalMs: 300_000, timeoutMs: 120_000, jitterMs: 0 }, budget: { tokensPerHour: 1e9 },
+    };
+    const runs = await Promise.all(['abort-race', 'concurrent-interleave'].map((s) =>
+      probe({ target, scenarios: [s], runId: `beside-${s}`, signal: new AbortController().signal, tokenBudget: 1e9 })));
+    const [abort, interleave] = runs.map((r) => r.scenarios[0]!);
+    expect(abort!.outcome, notes(abort!)).toBe('pass');
+    expect(interleave!.outcome, notes(interleave!)).toBe('pass');
+    const borrowed = [...abort!.notes, ...interleave!.notes].filter((n) => /'s ballast held the pool at \d+ (window|wave)\(s\): this scenario's was not started beside it/.test(n));
+    expect(borrowed.length, [notes(abort!), notes(interleave!)].join('\n---\n')).toBeGreaterThan(0);
+    // Under another's ballast the waves still ran with the pool held: the measured statement stands.
+    expect(interleave!.power).toMatchObject({ confidence: CONCURRENT_INTERLEAVE_CONFIDENCE, basis: 'measured' });
+  }, 120_000);
+
+  it('holds are per endpoint (base URL, with or without /v1) and only the holder gives one back', () => {
+    const holds = createPoolHolds();
+    const a = {};
+    const b = {};
+    expect(holds('http://h:1/v1').take(a, 'abort-race')).toBe(true);
+    expect(holds('http://h:1/').take(b, 'concurrent-interleave')).toBe(false);
+    expect(holds('http://h:1').holder()).toBe('abort-race');
+    expect(holds('http://h:2').take(b, 'concurrent-interleave')).toBe(true);
+    holds('http://h:1').give(b);
+    expect(holds('http://h:1').holder()).toBe('abort-race');
+    holds('http://h:1').give(a);
+    expect(holds('http://h:1').take(b, 'concurrent-interleave')).toBe(true);
+  });
 });
 
 describe('interleave sizing', () => {

@@ -20,6 +20,7 @@ import { createRedactor, targetSecrets } from './redactor.js';
 import { cutOf, cutSkipped, markCut, RunCut } from './run-cut.js';
 import { createLiveness, WatchedTargetClient, type Liveness } from './target/watched-client.js';
 import { runBudget } from './scenarios/cost.js';
+import { createPoolHolds, type PoolHolds } from './scenarios/pool-hold.js';
 
 export interface ProbeDeps {
   registry: MarkerRegistry;
@@ -36,10 +37,14 @@ export interface ProbeDeps {
   requestTimeoutMs?: number;
   now?: () => number;
   clock?: () => Date;
+  /** Who holds each endpoint's pool with ballast: shared by every call of one prober. @default one per call */
+  poolHolds?: PoolHolds;
 }
 
+/** A prober: its calls share who holds each endpoint's pool (scenarios of one cycle may run together). */
 export function createProbe(deps: ProbeDeps): ProbeFn {
-  return (req) => runProbe(deps, req);
+  const shared = { ...deps, poolHolds: deps.poolHolds ?? createPoolHolds() };
+  return (req) => runProbe(shared, req);
 }
 
 export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<ProbeRun> {
@@ -97,6 +102,7 @@ export async function runProbe(deps: ProbeDeps, req: ProbeRequest): Promise<Prob
         tuning,
         calibration: { tried: false },
         prefixReuse: {},
+        poolHold: (deps.poolHolds ?? createPoolHolds())(target.baseUrl),
         onMarkers: deps.onMarkers ?? (() => {}),
         progress,
         now,

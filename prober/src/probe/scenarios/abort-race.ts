@@ -92,7 +92,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   const readersPerWindow = clamp(Math.ceil((planterReserve + slack) / readerReserve) + 1, 4, 64);
   const admit = Math.min(bound, ctx.introspection.maxInputTokens ?? Infinity);
   const ballast = holdBallast(ctx, {
-    tokens: ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex),
+    tokens: ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex), scenario: ABORT_RACE,
     ...(ctx.tuning.ballastHold !== undefined ? { hold: ctx.tuning.ballastHold } : {}),
   });
   out.note(
@@ -195,6 +195,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   } finally {
     await ballast.release();
   }
+  for (const [other, times] of ballast.borrowed) out.note(`${other}'s ballast held the pool at ${times} window(s): this scenario's was not started beside it (one ballast an endpoint at a time)`);
   out.power = abortRacePower(windows, tally.windows);
   for (const line of powerNotes(out.power, tally.windows, { windows, attempts, missed, readersOk, readersSent, enough })) out.note(line);
   if (resendTtft !== undefined) {

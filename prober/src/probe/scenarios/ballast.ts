@@ -4,6 +4,10 @@
  * production endpoint, made on purpose. Held across many race windows: `ensure()` (re)starts any piece that
  * is not running and waits until each holds its pages (its first text arrived) or ended; `release()` aborts
  * every piece and waits for them. Every ballast exchange is recorded (and scanned) as it ends.
+ *
+ * One ballast holds an endpoint at a time (pool-hold.ts): `ensure()` starts the pieces only once it has taken
+ * the pool, and while another scenario's ballast holds it, starts nothing and says so (`'other'`): the pool
+ * is already full. It tries again at the next `ensure()`; `release()` gives the pool back.
  */
 import { overlimitPrompt, tokensFor, type TokenLine } from '../prompts.js';
 import type { ScenarioContext } from './context.js';
@@ -27,12 +31,19 @@ export interface BallastSpec {
    * to another (identical pieces would share them, and hold that much less of the pool). @default false
    */
   distinct?: boolean;
+  /** The scenario holding it, as other scenarios' notes name the holder. */
+  scenario: string;
 }
+
+/** Who held the pool at an `ensure()`: these pieces, another scenario's ballast, or nothing (no ballast). */
+export type BallastState = 'own' | 'other' | 'none';
 
 export interface Ballast {
   pieces: number;
-  ensure(): Promise<void>;
+  ensure(): Promise<BallastState>;
   release(): Promise<void>;
+  /** Scenarios whose ballast held the pool at an `ensure()` instead of this one, with how many times. */
+  borrowed: Map<string, number>;
 }
 
 interface Piece {
@@ -78,10 +89,18 @@ export function holdBallast(ctx: ScenarioContext, spec: BallastSpec): Ballast {
     return piece;
   };
 
+  const owner = {};
+  const borrowed = new Map<string, number>();
   return {
     pieces,
+    borrowed,
     async ensure() {
-      if (pieces === 0 || stop.signal.aborted || ctx.signal.aborted) return;
+      if (pieces === 0 || stop.signal.aborted || ctx.signal.aborted) return 'none';
+      if (ctx.poolHold !== undefined && !ctx.poolHold.take(owner, spec.scenario)) {
+        const other = ctx.poolHold.holder() ?? 'another scenario';
+        borrowed.set(other, (borrowed.get(other) ?? 0) + 1);
+        return 'other';
+      }
       for (let i = 0; i < slots.length; i++) if (slots[i]?.running !== true) slots[i] = start(i);
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
@@ -89,10 +108,12 @@ export function holdBallast(ctx: ScenarioContext, spec: BallastSpec): Ballast {
         new Promise<void>((resolve) => (timer = setTimeout(resolve, spec.holdTimeoutMs ?? 15_000))),
       ]);
       clearTimeout(timer);
+      return 'own';
     },
     async release() {
       stop.abort();
       await Promise.all(slots.map((p) => p?.done));
+      ctx.poolHold?.give(owner);
     },
   };
 }

@@ -112,6 +112,8 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
     await ballast?.release();
   }
   out.power = concurrentInterleavePower(run.windows, run.held);
+  for (const [other, times] of ballast?.borrowed ?? []) out.note(`${other}'s ballast held the pool at ${times} wave(s): this scenario's was not started beside it (one ballast an endpoint at a time)`);
+  if (ballast !== undefined && !run.held) out.note(`${run.unheld} wave(s) after the first pass ran with no ballast holding the pool`);
   out.note(`${run.windows} window(s) in ${run.waves} wave(s)`);
   out.note(powerNote(out.power, run.windows, run.held));
   return verdict(out, run);
@@ -182,7 +184,7 @@ function startBallast(ctx: ScenarioContext, out: ResultBuilder, work: Workload):
   const bound = Math.min(ctx.introspection.poolTokens ?? Infinity, contextTokens ?? Infinity);
   const admit = Math.min(bound, ctx.introspection.maxInputTokens ?? Infinity);
   const ballast = holdBallast(ctx, {
-    tokens: sizes.ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex), distinct: true,
+    tokens: sizes.ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex), distinct: true, scenario: CONCURRENT_INTERLEAVE,
     ...(ctx.tuning.ballastHold !== undefined ? { hold: ctx.tuning.ballastHold } : {}),
   });
   out.note(
@@ -196,8 +198,10 @@ interface WaveRun {
   tally: Tally;
   windows: number;
   waves: number;
-  /** Ballast was held over every wave after the first pass with over-limit prompts. */
+  /** Ballast (this scenario's or another's) held the pool over every wave after the first pass with over-limit prompts. */
   held: boolean;
+  /** Waves meant to run under ballast that ran with none holding the pool. */
+  unheld: number;
   cut: 'budget' | 'deadline' | undefined;
 }
 
@@ -216,7 +220,7 @@ async function runWaves(ctx: ScenarioContext, out: ResultBuilder, work: Workload
   const send = slotSender(ctx, out, work);
   const wanted = CONCURRENT_INTERLEAVE_WINDOWS;
   const maxWaves = Math.max(waves.length, wanted * 2 + 4);
-  const run: WaveRun = { tally: send.tally, windows: 0, waves: 0, held: ballast !== undefined && waves.length * ballastFrom < wanted, cut: undefined };
+  const run: WaveRun = { tally: send.tally, windows: 0, waves: 0, held: ballast !== undefined && waves.length * ballastFrom < wanted, unheld: 0, cut: undefined };
   let k = 0;
   for (let pass = 0; waves.length > 0 && run.windows < wanted && run.waves < maxWaves && run.cut === undefined && out.findings.length === 0; pass++) {
     const order = pass === 0 ? combos : plainCombos;
@@ -227,7 +231,10 @@ async function runWaves(ctx: ScenarioContext, out: ResultBuilder, work: Workload
         break;
       }
       if (run.waves >= maxWaves || (pass > 0 && run.windows >= wanted)) break;
-      if (ballast !== undefined && pass >= ballastFrom) await ballast.ensure();
+      if (ballast !== undefined && pass >= ballastFrom && (await ballast.ensure()) === 'none') {
+        run.held = false;
+        run.unheld++;
+      }
       run.waves++;
       const slots: Slot[] = [];
       let overlimits = 0;

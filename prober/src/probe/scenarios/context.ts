@@ -2,6 +2,7 @@
  * What a scenario gets to work with. Built once per probe cycle by probe.ts; scenarios never reach for
  * the store, metrics or logger: they return a ScenarioResult and report progress through a callback.
  */
+import type { PoolHold } from './pool-hold.js';
 import type { MarkerEntry, MarkerRegistry } from '../marker-registry.js';
 import type { Scanner } from '../scanner.js';
 import type { TargetClient } from '../target/client.js';
@@ -105,6 +106,8 @@ export interface ScenarioContext {
   tuning: ProbeTuning;
   /** Calibrated over-limit prompt line, shared by scenarios of one cycle (computed on first use). */
   calibration: { line?: TokenLine | undefined; tried: boolean };
+  /** Who holds the endpoint's pool with ballast (pool-hold.ts); absent: every ballast may hold (one scenario at a time). */
+  poolHold?: PoolHold;
   /** Whether this cycle's sends showed prefix reuse at all (prefix-reuse.ts); absent: not tracked. */
   prefixReuse?: PrefixReuseMemo;
   /** Called with markers after they are registered and before the request carrying them is sent (persist them). */
