@@ -195,9 +195,8 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   } finally {
     await ballast.release();
   }
-  for (const [other, times] of ballast.borrowed) out.note(`${other}'s ballast held the pool at ${times} window(s): this scenario's was not started beside it (one ballast an endpoint at a time)`);
   out.power = abortRacePower(windows, tally.windows);
-  for (const line of powerNotes(out.power, tally.windows, { windows, attempts, missed, readersOk, readersSent, enough })) out.note(line);
+  for (const line of powerNotes(out.power, tally.windows, { windows, attempts, missed, readersOk, readersSent, enough }, ballast.borrowed)) out.note(line);
   if (resendTtft !== undefined) {
     out.note(
       `re-sent planters answered in ${Math.round(resendTtft)} ms at the fastest (served from a cache): their aborts moved to fractions of that` +
@@ -248,9 +247,11 @@ function powerNotes(
   power: Power,
   w: AbortWindows,
   n: { windows: number; attempts: number; missed: number; readersOk: number; readersSent: number; enough: number },
+  borrowed: ReadonlyMap<string, number>,
 ): string[] {
   const independent = independentWindows(w);
   return [
+    ...[...borrowed].map(([other, times]) => `${other}'s ballast held the pool at ${times} window(s): this scenario's was not started beside it (one ballast an endpoint at a time)`),
     `${n.windows} race window(s) exercised in ${n.attempts} attempt(s) (${n.missed} not counted: planter answered before the abort, or readers failed): ` +
       `${w.midTransfer} mid-transfer, ${w.midStream} mid-stream, ${w.resends} re-send(s) in ${w.resendGroups} group(s); ` +
       `windows that can show a transfer late write ${independent.transfer}, a host-copy race ${independent.copy} (a group of re-sends counted once); ` +
