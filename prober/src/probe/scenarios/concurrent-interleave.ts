@@ -27,7 +27,7 @@
  *   through, and the stated power; otherwise inconclusive (reason `power`, `budget` or `deadline` where the
  *   prober's own limits cut it short).
  */
-import { overlimitPrompt, planterPrompt, readerPrompt, repetitionsFor, tokensFor, type TokenLine } from '../prompts.js';
+import { openerPrompt, overlimitPrompt, promptRef, readerPrompt, repetitionsFor, tokensFor, type TokenLine } from '../prompts.js';
 import type { Power, ScenarioResult } from '../result.js';
 import { CONCURRENT_INTERLEAVE_MEASURED_FAULTS, CONCURRENT_INTERLEAVE_WINDOWS, concurrentInterleavePower } from './race-power.js';
 import { tokenLine } from './calibration.js';
@@ -80,10 +80,15 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
   }
   const overReps = line === undefined || overTokens === undefined ? undefined : repetitionsFor(line, overTokens);
   const readerReps = line === undefined ? 1 : Math.max(1, repetitionsFor(line, readerTokens));
-  const opener = planterPrompt([]); // opens like a planter, carries no marker
+  // Every reader is new (promptRef: this run's reference and the reader's number), so no cache holds its twin;
+  // half open like a planter does and part from it where a planter's markers begin.
+  const ref = (n: number): string => promptRef(ctx.runId, n);
   const readers = [
-    { prompt: readerPrompt(readerReps), tokens: line === undefined ? 96 : tokensFor(line, readerReps) },
-    { prompt: opener, tokens: opener.length }, // no tokenizer spends more than a token per character
+    (n: number) => ({ prompt: `Ledger ${ref(n)}. ${readerPrompt(readerReps)}`, tokens: (line === undefined ? 96 : tokensFor(line, readerReps)) + 8 }),
+    (n: number) => {
+      const opener = openerPrompt(ref(n)); // carries no marker
+      return { prompt: opener, tokens: opener.length }; // no tokenizer spends more than a token per character
+    },
   ];
 
   const roles: Role[] = overReps === undefined ? ['planter', 'reader'] : ['planter', 'reader', 'overlimit'];
@@ -98,10 +103,10 @@ export async function concurrentInterleave(ctx: ScenarioContext): Promise<Scenar
     if (slot.role === 'planter') {
       ex = (await plant(ctx, sizing, { tokens: planterTokens, tenant: slot.tenant, maxTokens, stream: true })).ex;
     } else if (slot.role === 'reader') {
-      const r = readers[readerTurn++ % readers.length]!;
+      const r = readers[readerTurn % readers.length]!(readerTurn++);
       ex = await exchange(ctx, { role: 'reader', tenant: slot.tenant, prompt: r.prompt, promptTokens: r.tokens, maxTokens, stream: true });
     } else {
-      ex = await exchange(ctx, { role: 'overlimit', tenant: slot.tenant, prompt: overlimitPrompt(overReps!), promptTokens: tokensFor(line!, overReps!), maxTokens, stream: true });
+      ex = await exchange(ctx, { role: 'overlimit', tenant: slot.tenant, prompt: overlimitPrompt(overReps!, promptRef(ctx.runId)), promptTokens: tokensFor(line!, overReps!), maxTokens, stream: true });
     }
     if (out.add(ex) === undefined) return false;
     tally.sent++;
