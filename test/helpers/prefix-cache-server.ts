@@ -49,6 +49,8 @@ export interface PrefixCacheServerOptions {
   enforceContext?: boolean;
   /** Answer every Nth completion request with a 503 (an endpoint that fails some requests). */
   failEvery?: number;
+  /** Answer a completion request with a 503 when this says so (its cache salt, or key under `keyBy: 'api-key'`). */
+  failWhen?: (req: { salt: string }) => boolean;
   /** Every Nth streamed completion: a first chunk, then `data: {"error": ...}` (HTTP 200), no usage. */
   streamErrorEvery?: number;
   tokenize?: boolean;
@@ -135,7 +137,7 @@ export async function startPrefixCacheServer(opts: PrefixCacheServerOptions = {}
     const salt = opts.keyBy === 'api-key' ? `key:${createHash('sha256').update(String(req.headers['authorization'] ?? '')).digest('hex')}` : typeof body['cache_salt'] === 'string' ? body['cache_salt'] : '';
     const stream = body['stream'] === true;
     stats.requests++;
-    if (opts.failEvery !== undefined && stats.requests % opts.failEvery === 0) {
+    if ((opts.failEvery !== undefined && stats.requests % opts.failEvery === 0) || opts.failWhen?.({ salt }) === true) {
       return json(res, 503, { error: { message: 'overloaded', type: 'ServiceUnavailableError', code: 503 } });
     }
     if (enforceContext && prompt.length + maxTokens > context) {

@@ -70,6 +70,19 @@ describe('prefix-churn without pool introspection', { timeout: 120_000 }, () => 
     expect(notes(result)).toMatch(/round 1: cached tokens warm 0, control [1-9]\d*, re-read 0;.*P evicted by the churn/);
   });
 
+  it('rounds whose churn failed (transient 5xx) are not the last: more rounds are played until one is exercised', async () => {
+    // Tenant A's salt is the first seen (calibration sends none); tenant B's first 16 requests (every planter of the first two rounds'
+    // four waves) are answered 503, as llama.cpp answers a request whose output its parser rejects.
+    let a: string | undefined;
+    let failed = 0;
+    const url = await toyCache({ capacityBlocks: 512, failWhen: ({ salt }) => salt !== '' && (a ??= salt) !== salt && failed++ < 16 });
+    const result = await probe(url);
+    expect(result.findings).toEqual([]);
+    expect(result.outcome, notes(result)).toBe('pass');
+    expect(notes(result)).toMatch(/round 1: .*churn 0\/\d+ tokens in 0\/8 planter\(s\)/);
+    expect(notes(result)).toMatch(/round 3: .*P evicted by the churn/);
+  });
+
   it('caching off: exact re-sends reported 0 cached tokens, so not-applicable with the evidence', async () => {
     const result = await probe(await toyCache({ noCache: true }));
     expect(result.outcome).toBe('not-applicable');

@@ -9,6 +9,7 @@
  * PromptSource yields the repetitions lazily and the client streams them into the request body.
  */
 
+import { createHash } from 'node:crypto';
 import type { PromptSource as TargetPromptSource } from './target/prompt-body.js';
 
 /** The text every marker starts with; ending a prompt with it invites a copy of whatever follows it in the KV the model attends over. */
@@ -24,7 +25,7 @@ const FILLER =
   'budget to be split between the older vehicles and the new refrigerated units, and the chair noted ' +
   'that the spring inspection would settle the question. ';
 
-const OVERLIMIT_HEADER = 'Summarise the following meeting notes.\n\n';
+const OVERLIMIT_HEAD = 'Summarise the following meeting notes';
 const READER_HEADER = 'Here is a reference code from our records: ';
 
 export function repeatedSource(header: string, unit: string, repetitions: number, trailer: string): PromptSource {
@@ -51,11 +52,27 @@ export function sourceText(source: PromptSource): string {
 }
 
 /**
- * An over-limit (or near-limit) prompt of `repetitions` filler paragraphs, ending with the marker cue;
- * `opening`, when given, comes first (prompts that must not share a cached prefix open differently).
+ * A reference that makes a prompt unlike every earlier run's: six decimal digits from the run id (no run of
+ * base32 characters long enough to look like a marker). Fixed prompts recur from run to run, and a prefix
+ * cache (llama.cpp's host prompt cache, vLLM's or SGLang's block cache) that still holds last run's twin
+ * serves it whole: nothing past the shared text is computed, so a bug at the boundary of reuse (a reuse
+ * length longer than the common prefix, a stale page past it) never reaches the reader. With the reference
+ * early in the prompt, a reader shares only its opening with anything cached, as on a fresh server.
  */
-export function overlimitPrompt(repetitions: number, opening = ''): PromptSource {
-  return repeatedSource(opening + OVERLIMIT_HEADER, FILLER, repetitions, `\n\nQuote the reference code: ${MARKER_CUE}`);
+export function promptRef(runId: string, n?: number): string {
+  const digits = String(parseInt(createHash('sha256').update(runId).digest('hex').slice(0, 12), 16) % 1_000_000).padStart(6, '0');
+  return n === undefined ? digits : `${digits}-${n}`;
+}
+
+/** The reference calibration uses: the same width as a run's, so token counts carry over. */
+const CALIBRATION_REF = '000000';
+
+/**
+ * An over-limit (or near-limit) prompt of `repetitions` filler paragraphs, ending with the marker cue;
+ * `ref` (promptRef) makes it this run's own.
+ */
+export function overlimitPrompt(repetitions: number, ref = CALIBRATION_REF): PromptSource {
+  return repeatedSource(`${OVERLIMIT_HEAD} (ref ${ref}).\n\n`, FILLER, repetitions, `\n\nQuote the reference code: ${MARKER_CUE}`);
 }
 
 /**
@@ -63,7 +80,18 @@ export function overlimitPrompt(repetitions: number, opening = ''): PromptSource
  * cue, so that an endpoint that copies at all echoes one of its own markers (the self-echo control).
  */
 export function planterPrompt(markers: readonly string[]): string {
-  return `Keep these reference codes on file: ${markers.join(' ')}\nQuote one reference code: ${MARKER_CUE}`;
+  return `${PLANTER_OPENING}${markers.join(' ')}\nQuote one reference code: ${MARKER_CUE}`;
+}
+
+const PLANTER_OPENING = 'Keep these reference codes on file: ';
+
+/**
+ * A reader that opens exactly as a planter does and parts from it where a planter's markers begin (its
+ * `ref`, promptRef, in their place): a reuse that trusts cells past the common prefix, or a cache entry
+ * matched on that opening, gives it a planter's markers right where its own text would be.
+ */
+export function openerPrompt(ref: string): string {
+  return `${PLANTER_OPENING}(none, ref ${ref})\nQuote one reference code: ${MARKER_CUE}`;
 }
 
 /** The line every reader and over-limit prompt ends with, without its leading newline(s). */

@@ -28,7 +28,7 @@
  * group of re-sends is one window; a mid-stream window cannot show a transfer late write). Short of the
  * workload (budget, deadline, too many uncounted windows) it is inconclusive and says what it reached.
  */
-import { readerPrompt, repetitionsFor, tokensFor } from '../prompts.js';
+import { promptRef, readerPrompt, repetitionsFor, tokensFor } from '../prompts.js';
 import type { Power, ScenarioResult } from '../result.js';
 import type { AbortAfter } from '../target/client.js';
 import { holdBallast } from './ballast.js';
@@ -171,8 +171,9 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
         // of the next window, fast. A line new every window ends that shared run, so the second half and the
         // cue are computed and transferred every time: the served half stays open to a late copy until
         // decoding starts, and the cue is always the reader's own, so what a polluted page holds is read.
+        // The ledger's reference is this run's (promptRef): no cache serves a reader last run's twin whole.
         Array.from({ length: readersPerWindow }, (_, i) =>
-          exchange(ctx, { role: 'reader', prompt: `Ledger ${i + 1}. ${readerPrompt(readerReps, `Entry ${attempts}.${i + 1}.`)}`, promptTokens: readerEstimate + 8, maxTokens, stream: true }),
+          exchange(ctx, { role: 'reader', prompt: `Ledger ${promptRef(ctx.runId, i + 1)}. ${readerPrompt(readerReps, `Entry ${attempts}.${i + 1}.`)}`, promptTokens: readerEstimate + 8, maxTokens, stream: true }),
         ),
       );
       let ok = 0;

@@ -27,8 +27,9 @@ export interface BallastSpec {
   /** 'generation': a short prompt and the rest as max_tokens (ProbeTuning.ballastHold). @default 'prompt' */
   hold?: 'prompt' | 'generation';
   /**
-   * Each piece's prompt opens with its own line, so that a prefix cache cannot serve one piece's prompt pages
-   * to another (identical pieces would share them, and hold that much less of the pool). @default false
+   * Each piece's prompt carries its own number in its opening reference (the same in every run, as an
+   * undistinguished ballast's is), so that a prefix cache cannot serve one piece's prompt pages to another
+   * (identical pieces would share them, and hold that much less of the pool). @default false
    */
   distinct?: boolean;
   /** The scenario holding it, as other scenarios' notes name the holder. */
@@ -66,7 +67,7 @@ export function holdBallast(ctx: ScenarioContext, spec: BallastSpec): Ballast {
   // `target` is the generation's share; held by generation, all but a 256-token prompt.
   const target = spec.hold === 'generation' ? Math.max(256, each - 256) : Math.min(Math.floor(spec.admitTokens * 0.8), Math.max(256, Math.floor(each / 2)));
   const reps = line === undefined ? 0 : Math.max(1, Math.floor((Math.max(16, each - target) - line.overhead) / line.perRepetition));
-  const opening = spec.distinct === true ? 8 : 0; // "Part N. ": at most 8 tokens on any tokenizer
+  const opening = spec.distinct === true ? 8 : 0; // "-N" after the reference: well within 8 tokens on any tokenizer
   const maxTokens = line === undefined ? target : Math.max(16, each - tokensFor(line, reps) - opening);
 
   const start = (i: number): Piece => {
@@ -75,7 +76,7 @@ export function holdBallast(ctx: ScenarioContext, spec: BallastSpec): Ballast {
     const piece: Piece = { running: true, holding, done: Promise.resolve() };
     piece.done = exchange(ctx, {
       role: 'ballast',
-      prompt: overlimitPrompt(reps, spec.distinct === true ? `Part ${i + 1}. ` : ''),
+      prompt: spec.distinct === true ? overlimitPrompt(reps, `000000-${i + 1}`) : overlimitPrompt(reps),
       promptTokens: tokensFor(line!, reps) + opening,
       maxTokens,
       stream: true,

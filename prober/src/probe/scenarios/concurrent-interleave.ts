@@ -43,7 +43,7 @@
  * prefilled once a run and held (about 0.52 M tokens at a 1,064,960-token pool), on top of the planters
  * and readers.
  */
-import { overlimitPrompt, planterPrompt, readerPrompt, repetitionsFor, tokensFor, type PromptSource, type TokenLine } from '../prompts.js';
+import { openerPrompt, overlimitPrompt, promptRef, readerPrompt, repetitionsFor, tokensFor, type PromptSource, type TokenLine } from '../prompts.js';
 import type { Power, ScenarioResult } from '../result.js';
 import { CONCURRENT_INTERLEAVE_MEASURED_FAULTS, CONCURRENT_INTERLEAVE_WINDOWS, concurrentInterleavePower } from './race-power.js';
 import { holdBallast, type Ballast } from './ballast.js';
@@ -131,37 +131,43 @@ async function prepareWorkload(ctx: ScenarioContext, out: ResultBuilder): Promis
   if (contextTokens !== undefined) {
     const overTokens = contextTokens + Math.max(16, Math.ceil(contextTokens * 0.02));
     const reps = line === undefined ? undefined : repetitionsFor(line, overTokens);
-    if (reps !== undefined) over = { prompt: overlimitPrompt(reps), tokens: tokensFor(line!, reps) };
+    if (reps !== undefined) over = { prompt: overlimitPrompt(reps, promptRef(ctx.runId)), tokens: tokensFor(line!, reps) };
     out.note(line === undefined ? 'could not calibrate prompt sizes: no over-limit prompts this cycle' : `calibrated via ${line.via}: over-limit prompts of about ${overTokens} tokens`);
   } else {
     out.note('no context limit advertised: no over-limit prompts this cycle');
   }
   const readerReps = line === undefined ? 1 : Math.max(1, repetitionsFor(line, sizes.readerTokens));
-  const long = readerPrompt(readerReps);
-  const longTokens = line === undefined ? 96 : tokensFor(line, readerReps);
-  const opener = { prompt: planterPrompt([]), tokens: planterPrompt([]).length }; // opens like a planter, carries no marker; no tokenizer spends more than a token per character
-  return { sizes, maxTokens, line, readerTokens: longTokens, over, nextReader: readerRotation({ prompt: long, tokens: longTokens }, opener, sizes.readerVariants) };
+  const longTokens = (line === undefined ? 96 : tokensFor(line, readerReps)) + 8;
+  return { sizes, maxTokens, line, readerTokens: longTokens, over, nextReader: readerRotation(ctx.runId, readerPrompt(readerReps), longTokens, sizes.readerVariants) };
 }
 
 /**
- * Readers alternate between the long reader and one that opens like a planter. With one variant (no ballast)
- * the turn is shared by both tenants, as the workload was measured before ballast. With several, each tenant
- * keeps its own turn and its long readers rotate through openings "Ledger 1.", "Ledger 2.", …: a reader that
- * restores its own opening's entry re-takes its pages (and, on a FIFO free list, moves them to the back), so
- * the same opening comes back only after planters have allocated the whole free sliver (interleave-sizing.ts).
+ * Readers alternate between a long reader and an opener: one that opens exactly as a planter does and parts
+ * from it where a planter's markers begin (openerPrompt). Every prompt carries this run's reference
+ * (promptRef), so no cache holds a twin from an earlier run. Without ballast (one variant) every reader is
+ * new, its number in the reference, and the turn is shared by both tenants. With ballast each tenant keeps its
+ * own turn and its long readers rotate through `variants` openings ("Ledger <ref>-1.", "Ledger <ref>-2.", …),
+ * each coming back within the run: a restore race needs a reader whose prefix a cache entry still holds, and
+ * a reader that restores its own opening's entry re-takes its pages (on a FIFO free list, moving them to the
+ * back), so the same opening comes back only after planters have allocated the whole free sliver
+ * (interleave-sizing.ts). Openers are always new.
  */
-function readerRotation(long: ReaderSpec, opener: ReaderSpec, variants: number): (tenant: Tenant) => ReaderSpec {
+function readerRotation(runId: string, long: string, longTokens: number, variants: number): (tenant: Tenant) => ReaderSpec {
+  let n = 0;
+  const opener = (): ReaderSpec => {
+    const prompt = openerPrompt(promptRef(runId, ++n)); // carries no marker
+    return { prompt, tokens: prompt.length }; // no tokenizer spends more than a token per character
+  };
+  const ledger = (k: number): ReaderSpec => ({ prompt: `Ledger ${promptRef(runId, k)}. ${long}`, tokens: longTokens });
   if (variants <= 1) {
     let turn = 0;
-    return () => (turn++ % 2 === 0 ? long : opener);
+    return () => (turn++ % 2 === 0 ? ledger(++n) : opener());
   }
   const turns = new Map<string, number>();
   return (tenant) => {
     const turn = turns.get(tenant.name) ?? 0;
     turns.set(tenant.name, turn + 1);
-    if (turn % 2 === 1) return opener;
-    const v = Math.floor(turn / 2) % variants;
-    return { prompt: `Ledger ${v + 1}. ${long.prompt}`, tokens: long.tokens + 8 };
+    return turn % 2 === 1 ? opener() : ledger(Math.floor(turn / 2) % variants + 1);
   };
 }
 

@@ -12,7 +12,7 @@
  * Where the pool is not exposed, a sweep of sizes below the context limit (within the budget) stands in
  * for "between": those prompts are legal, so a 200 is expected and only their markers are judged.
  */
-import { overlimitPrompt, repetitionsFor, tokensFor } from '../prompts.js';
+import { overlimitPrompt, promptRef, repetitionsFor, tokensFor } from '../prompts.js';
 import type { ScenarioResult } from '../result.js';
 import { tokenLine } from './calibration.js';
 import type { TokenLine } from '../prompts.js';
@@ -77,7 +77,7 @@ export async function overlimitHandoff(ctx: ScenarioContext): Promise<ScenarioRe
   for (const probe of probes) {
     const reps = repetitionsFor(line, probe.tokens);
     const ex = out.add(
-      await exchange(ctx, { role: probe.mustReject ? 'overlimit' : 'sweep', prompt: overlimitPrompt(reps), promptTokens: tokensFor(line, reps), maxTokens, stream: true }),
+      await exchange(ctx, { role: probe.mustReject ? 'overlimit' : 'sweep', prompt: overlimitPrompt(reps, promptRef(ctx.runId)), promptTokens: tokensFor(line, reps), maxTokens, stream: true }),
     );
     if (ex === undefined) {
       out.note(`${probe.label}: not sent (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);

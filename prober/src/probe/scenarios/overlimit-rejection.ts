@@ -10,7 +10,7 @@
  * earlier planted run) is still `cross-request-leak`. Its pass means "every over-limit prompt was cleanly
  * rejected", not "no leak": only overlimit-handoff, with pages planted, can show the leak itself.
  */
-import { overlimitPrompt, repetitionsFor, tokensFor } from '../prompts.js';
+import { overlimitPrompt, promptRef, repetitionsFor, tokensFor } from '../prompts.js';
 import type { ScenarioResult } from '../result.js';
 import type { ScenarioContext } from './context.js';
 import { exchange } from './exchange.js';
@@ -30,7 +30,7 @@ export async function overlimitRejection(ctx: ScenarioContext): Promise<Scenario
   let rejected = 0;
   for (const probe of limitProbes(contextTokens, poolTokens, maxTokens, []).filter((p) => p.mustReject)) {
     const reps = repetitionsFor(line, probe.tokens);
-    const ex = out.add(await exchange(ctx, { role: 'overlimit', prompt: overlimitPrompt(reps), promptTokens: tokensFor(line, reps), maxTokens, stream: true }));
+    const ex = out.add(await exchange(ctx, { role: 'overlimit', prompt: overlimitPrompt(reps, promptRef(ctx.runId)), promptTokens: tokensFor(line, reps), maxTokens, stream: true }));
     if (ex === undefined) {
       out.note(`${probe.label}: not sent (${ctx.signal.aborted ? 'cycle stopped' : 'token budget exhausted'})`);
       undecided++;

@@ -144,7 +144,9 @@ export async function prefixChurn(ctx: ScenarioContext): Promise<ScenarioResult>
   const sizing = initialSizing();
   const done: Round[] = [];
   let stopped = false;
-  const complete = (r: Round): boolean => r.control?.result.transport === 'ok' && r.reread?.result.transport === 'ok';
+  // Exercised end to end: P re-sent, the churn carried its whole target, P re-read. A round whose planters
+  // failed (a transient 5xx, a server that cannot fit them just then) leaves another round to be played.
+  const complete = (r: Round): boolean => r.control?.result.transport === 'ok' && r.reread?.result.transport === 'ok' && r.churn !== undefined && !churnShort(r.churn, pool);
   for (let i = 0; (i < rounds || (i < Math.max(rounds, MAX_ROUNDS) && !done.some(complete))) && !(stopped = ctx.signal.aborted); i++) {
     const round: Round = { text: { warm: '', control: '', reread: '' } };
     done.push(round);
@@ -277,6 +279,11 @@ async function churn(ctx: ScenarioContext, out: ResultBuilder, sizing: PlanterSi
   return tally;
 }
 
+/** The churn carried less than its target (within tolerance), and less than the exposed pool. */
+function churnShort(c: ChurnTally, pool: number | undefined): boolean {
+  return c.sent < Math.min(c.target * (1 - CHURN_TOLERANCE), pool ?? Infinity);
+}
+
 async function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], pool: number | undefined, pair: TenantPair): Promise<ScenarioResult> {
   const ok = (ex: Exchange | undefined): ex is Exchange => ex !== undefined && ex.result.transport === 'ok';
   const cached = (ex: Exchange | undefined): number | undefined => (ok(ex) ? ex.result.usage?.cachedTokens : undefined);
@@ -297,7 +304,7 @@ async function judge(ctx: ScenarioContext, out: ResultBuilder, rounds: Round[], 
     if (controlReuse) reuse++;
     if (ok(r.reread)) answered++;
     const covered = r.churn !== undefined && pool !== undefined && r.churn.sent >= pool;
-    if (r.churn !== undefined && r.churn.sent < Math.min(r.churn.target * (1 - CHURN_TOLERANCE), pool ?? Infinity)) shortChurn++;
+    if (r.churn !== undefined && churnShort(r.churn, pool)) shortChurn++;
     const evicted = controlReuse && rr !== undefined && rr < c!;
     if (evicted) exercised++;
     // llama.cpp: the pinned slot held another prompt after the churn, yet P was served from the cache: its
