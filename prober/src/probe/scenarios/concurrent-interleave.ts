@@ -20,14 +20,15 @@
  *   only once a page under a reader's cache entry is handed to a planter before the next reader with that
  *   prefix; on an idle pool with a FIFO free list that never happens (measured: 0 of 30 runs at 1/32 scale
  *   before this). So where the endpoint exposes its pools, ballast (ballast.ts, as abort-race holds it: long
- *   generations of filler, each piece opening differently so a prefix cache cannot share them) holds all but
+ *   generations of filler, each piece with its own reference so a prefix cache cannot share them) holds all but
  *   room for one planter beside one reader and a 2% sliver of the pool where requests reserve pages, from
  *   the first pass without over-limit prompts (an endpoint that admits one must have room to serve it: that
  *   is the finding) until the scenario ends. Readers are then a quarter of a planter, and each tenant's long
- *   readers rotate through a few openings, so that between two restores of one entry the planters have
+ *   readers rotate through a few openings of the run's own, so that between two restores of one entry the planters have
  *   allocated the whole sliver. Wider waves queue for that room at the endpoint; the prober still sends each
- *   wave at once. Where no pool is exposed (or `interleave_ballast: false`) the workload is the one
- *   measured before ballast, the notes say so, and a pass states no race power (race-power.ts).
+ *   wave at once. Where no pool is exposed (or `interleave_ballast: false`) the waves are sized as they
+ *   were measured before ballast, every reader new, the notes say so, and a pass states no race power
+ *   (race-power.ts).
  * - Power is measured, not derived (race-power.ts): one window is one wave in which a planter of one tenant
  *   and a reader of the other were both answered while in flight together. The configured widths are one
  *   pass; passes repeat until the workload `npm run bench:race-calibration -- --scenario
