@@ -115,7 +115,7 @@ export function rowSpecs(scale = 64): RowSpec[] {
 /**
  * concurrent-interleave against `prompt-cache-restore-race` on the prefix-cache preset (`single`), FIFO and
  * LIFO free lists; never tuned on: half the scale (a pool and context twice as large, so the waves fill it
- * half as much).
+ * half as much), and a quarter of it with a FIFO list.
  */
 export function interleaveRowSpecs(scale = 64): RowSpec[] {
   const fault = 'prompt-cache-restore-race';
@@ -130,6 +130,11 @@ export function interleaveRowSpecs(scale = 64): RowSpec[] {
     for (const rate of [0.1, 0.2, 0.5]) {
       rows.push({ id: `${fault}/${freeList}/${rate}/scale${untuned}`, fault, preset: 'single', freeList, scale: untuned, rate, tuned: false });
     }
+  }
+  // A quarter of the scale (a pool four times as large), FIFO: the order in which freed pages come back last.
+  const quarter = Math.max(1, Math.floor(scale / 4));
+  for (const rate of [0.1, 0.2, 0.5]) {
+    rows.push({ id: `${fault}/fifo/${rate}/scale${quarter}`, fault, preset: 'single', freeList: 'fifo', scale: quarter, rate, tuned: false });
   }
   return rows;
 }
