@@ -13,7 +13,8 @@ import type { ScheduleConfig } from './config.js';
  * The tiers `serve` uses unless the config says otherwise (`schedule.scenarios` overrides them key by key;
  * `every_cycle` turns one or all of them off): the capacity audit (no prompts) every cycle, the rejection
  * signal (overlimit-rejection: over-limit prompts only, no planting; what catches the incident) every 15
- * minutes, the racing scenarios and prefix-isolation hourly, overlimit-handoff (it plants the whole pool to
+ * minutes, abort-race and prefix-isolation hourly, concurrent-interleave (it holds ballast over the pool)
+ * every two hours, overlimit-handoff (it plants the whole pool to
  * show a leak's markers; the rejection it also checks is the cheap tier's) every six hours, the prefix-cache
  * scenarios that churn the whole pool daily. What this costs a full-scale endpoint a day is measured in
  * bench/full-scale.json (docs/cost.md "Sizing the cost").
@@ -22,7 +23,7 @@ export const DEFAULT_SCENARIO_INTERVALS: Readonly<Record<string, string>> = {
   'overlimit-rejection': '15m',
   'overlimit-handoff': '6h',
   'abort-race': '1h',
-  'concurrent-interleave': '1h',
+  'concurrent-interleave': '2h',
   'prefix-isolation': '1h',
   'prefix-collision': '24h',
   'prefix-churn': '24h',

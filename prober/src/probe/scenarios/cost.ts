@@ -96,12 +96,14 @@ function concurrentInterleave(s: EndpointSizes, t: ProbeTuning, out: number): To
   const over = s.contextTokens === undefined ? 0 : waves.length * (s.contextTokens + Math.max(16, Math.ceil(s.contextTokens * 0.02)));
   const half = slots / 2;
   // The ballast (interleave-sizing.ts): about half its tokens as prompt (held by generation, a 256-token prompt
-  // per piece), prefilled once and held for the run, a few seconds at 1/32 scale. A piece whose generation ends
-  // is re-sent before the next wave: budgets hold one re-send of each (its prompt is then served from a prefix
-  // cache where there is one, so the computed estimate counts it once).
+  // per piece), prefilled once and held for the run. A piece whose generation ends is re-sent before the next
+  // wave, its prompt then served from a prefix cache where there is one (the computed estimate counts it once).
+  // Measured at full scale (bench/full-scale.json): 6.84 M sent (remediated), 7.10 M (incident), about six
+  // re-sends of the ballast's prompt in a run's 30 waves: budgets hold one every five waves.
   const ballastPrompt = ballastTokens === 0 ? 0 : t.ballastHold === 'generation' ? 512 : Math.ceil(ballastTokens / 2);
+  const resends = ballastPrompt * Math.ceil((passes * waves.length) / 5);
   return {
-    sent: CALIBRATION + over + 2 * ballastPrompt + half * (planter + reader),
+    sent: CALIBRATION + over + ballastPrompt + resends + half * (planter + reader),
     computed: CALIBRATION + ballastPrompt + half * (planter + reader + 2 * out),
   };
 }
