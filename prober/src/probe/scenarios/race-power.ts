@@ -37,27 +37,25 @@ export const ABORT_RACE_MEASURED_FAULTS: readonly string[] = ['late-write', 'off
  * FIFO and LIFO free lists and on a configuration the workload was never tuned on, the Wilson 95% lower bound of
  * per-run recall is >= CONCURRENT_INTERLEAVE_CONFIDENCE (test/prober/race-calibration.test.ts).
  *
- * What the rows of 2026-12-04 20:24-21:02 UTC show (docs/measured.md, "Race power of concurrent-interleave"),
- * measured before the workload held ballast: at 1/64 the fault was caught in 22/30 (FIFO) and 30/30 (LIFO)
- * runs at rate 0.5, but at 1/32 with a FIFO free list in 0/30 at every rate: the waves did not cycle a pool
- * that size, so a FIFO (least recently released first) free list never handed out a page that still backed
- * an entry the readers re-used. Hence the 0 below. The workload now holds ballast over the exposed pool
- * (interleave-sizing.ts), as abort-race does, so that freed pages are reused whatever the order; these
- * constants are restated from its full calibration (`--restate`), and until then state what was measured.
- * Without ballast (no pool exposed) a pass states CONCURRENT_INTERLEAVE_UNHELD_CONFIDENCE.
+ * The workload holds ballast over the exposed pool (interleave-sizing.ts), as abort-race does, so that freed
+ * pages are reused whatever the free list's order. Its rows of 2026-12-04/05 (docs/measured.md, "Race power of
+ * concurrent-interleave"): at rate 0.5, 30/30 caught on FIFO and LIFO at 1/64, FIFO 1/32 and FIFO 1/16, 29/30
+ * on LIFO 1/32, hence c = 0.83 (the Wilson lower bound of 29/30). Below 0.5 a LIFO list falls to 7-22 of 30,
+ * so no lower rate is stated. Without ballast (no pool exposed) a pass states
+ * CONCURRENT_INTERLEAVE_UNHELD_CONFIDENCE.
  */
 /** Windows of concurrent-interleave's measured workload: a pass needs them. */
 export const CONCURRENT_INTERLEAVE_WINDOWS = 29;
 /** The lowest fault rate at which the measurement holds. */
 export const CONCURRENT_INTERLEAVE_DETECTABLE_RATE = 0.5;
 /** The per-run recall measured at rates >= CONCURRENT_INTERLEAVE_DETECTABLE_RATE (Wilson 95% lower bound). */
-export const CONCURRENT_INTERLEAVE_CONFIDENCE = 0;
+export const CONCURRENT_INTERLEAVE_CONFIDENCE = 0.83;
 /** The engine faults concurrent-interleave's statement was measured on. */
 export const CONCURRENT_INTERLEAVE_MEASURED_FAULTS: readonly string[] = ['prompt-cache-restore-race'];
 
 /**
  * concurrent-interleave without ballast (the endpoint exposes no pool, or `interleave_ballast: false`): the
- * workload as it was before ballast, measured at 0 (bench/race-calibration-interleave.json of 2026-12-04
+ * workload as it was before ballast, measured at 0 (bench/race-calibration-interleave-unheld.json, 2026-12-04
  * 20:24-21:02 UTC, docs/measured.md: FIFO free list at scale 1/32, 0/30 runs caught at rates 0.1, 0.2 and
  * 0.5). Such a pass states no race power. Not a calibration of the current workload: the bench's
  * `--restate` leaves it alone.
