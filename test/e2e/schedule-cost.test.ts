@@ -15,8 +15,9 @@ const PROJECTION = SCENARIO_NAMES.filter((s) => s !== 'prefix-collision').map((s
 describe('schedule cost', () => {
   it('multiplies each scenario\'s tokens per run by its runs a day on the default tiers, and names what was not measured', () => {
     const c = scheduleCost(defaultSchedule(), PROJECTION);
-    // A day of 5m cycles: the rejection check 96 times, three hourly scenarios 24 times, overlimit-handoff 4 times, prefix-churn once.
-    expect(c.sentPerDay).toBe(1000 * (96 + 3 * 24 + 4 + 1));
+    // A day of 5m cycles: the rejection check 96 times, two hourly scenarios 24 times, concurrent-interleave
+    // (two-hourly) 12 times, overlimit-handoff 4 times, prefix-churn once.
+    expect(c.sentPerDay).toBe(1000 * (96 + 2 * 24 + 12 + 4 + 1));
     expect(c.unmeasured).toEqual(['prefix-collision']);
     // The first hour: four rejection checks, every other tier once.
     expect(c.sentInBusiestHour).toBe(1000 * (4 + 4 + 1));
