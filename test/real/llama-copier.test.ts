@@ -78,7 +78,9 @@ describe('the copying model on llama.cpp llama-server', () => {
       let copied = 0;
       let slowest = 0;
       for (let i = 0; i < prompts; i++) {
-        const { prompt, secrets } = secretsPrompt(n);
+        let { prompt, secrets } = secretsPrompt(n);
+        // Random digits tokenize a little differently from prompt to prompt: drop secrets until this one fits.
+        while (n === nMax && (await tokenCount(srv.url, prompt)) + 24 > ctx) ({ prompt, secrets } = secretsPrompt(secrets.length - 1));
         const out = await complete(srv.url, prompt);
         slowest = Math.max(slowest, out.promptMs);
         if (secrets.some((s) => s.slice(SECRET_PREFIX.length, SECRET_PREFIX.length + 12) === out.content.slice(0, 12))) copied++;
