@@ -71,7 +71,11 @@ function promptOf(body: Record<string, unknown>): string {
  * prefill does (a prompt-length-blind fake gives a timing test nothing to see, so "no prefix cache" could only
  * ever be inconclusive on it).
  */
-export async function echoNoiseServer(opts: { context?: number; seed?: number; prefillMsPerToken?: number } = {}): Promise<FakeServer> {
+/**
+ * `errorAfterText`: a streamed answer ends with an error event after its whole text, as llama.cpp's chat
+ * parser ends one whose generation was cut mid-character at max_tokens (`data: {"error": …}`, status 200).
+ */
+export async function echoNoiseServer(opts: { context?: number; seed?: number; prefillMsPerToken?: number; errorAfterText?: boolean } = {}): Promise<FakeServer> {
   const context = opts.context ?? 8192;
   let s = opts.seed ?? 1;
   const rand = (): number => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32);
@@ -125,6 +129,11 @@ export async function echoNoiseServer(opts: { context?: number; seed?: number; p
           const piece = text.slice(i, i + 7);
           const choice = chat ? { index: 0, delta: { content: piece }, finish_reason: null } : { index: 0, text: piece, finish_reason: null };
           res.write(`data: ${JSON.stringify({ id: 'x', object: chat ? 'chat.completion.chunk' : 'text_completion', choices: [choice] })}\n\n`);
+        }
+        if (opts.errorAfterText === true) {
+          const error = { code: 500, message: 'The model produced output that does not match the expected Content-only format', type: 'server_error' };
+          res.end(`data: ${JSON.stringify({ error })}\n\n`);
+          return;
         }
         res.write(`data: ${JSON.stringify({ id: 'x', choices: [], usage })}\n\n`);
         res.end('data: [DONE]\n\n');

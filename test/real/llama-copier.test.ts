@@ -129,21 +129,21 @@ describe('the copying model on llama.cpp llama-server', () => {
   }, 600_000);
 
   for (const fault of FAULTS) {
-    const expected = fault.randomWeights === undefined ? 'outcome reported (not yet measured)' : fault.randomWeights.caught ? 'caught by behaviour alone' : 'not caught without a copying model';
+    const expected = fault.randomWeights === undefined ? 'outcome reported (not yet measured)' : fault.randomWeights.caught === 'never' ? 'not caught without a copying model' : `caught ${fault.randomWeights.caught} by behaviour alone`;
     it(`fault ${fault.name} with the random-weight model: ${expected}`, async () => {
       const srv = await start(fault.args, { binary: FAULTS_SERVER, faults: [fault.name] });
       const { code, run, context } = await kvcanaryRun(srv, `fault ${fault.name} + random weights`);
       expect(srv.faultsFired()[fault.name] ?? 0, `the fault never fired\n${context}`).toBeGreaterThan(0);
-      const failing = run.findings.filter((f) => f.severity !== 'info').map((f) => `${f.scenario}:${f.kind}`);
+      const failing = [...new Set(run.findings.filter((f) => f.severity !== 'info').map((f) => `${f.scenario}:${f.kind}`))];
       // Printed so that a run of the suite is the measurement layouts.ts records (randomWeights).
-      console.log(`random weights + ${fault.name}: exit ${code}, ${[...new Set(failing)].join(', ') || 'no finding above info'}`);
+      console.log(`random weights + ${fault.name}: exit ${code}, ${failing.join(', ') || 'no finding above info'}`);
       if (fault.randomWeights === undefined) return;
-      if (fault.randomWeights.caught) {
-        expect(code, context).toBe(1);
-        expect(failing, context).toEqual(expect.arrayContaining(fault.randomWeights.by));
-      } else {
-        expect(failing, context).toEqual([]);
-      }
+      const { caught, by } = fault.randomWeights;
+      // Only the behavioural detections this fault can give, never a marker leak (the model does not copy).
+      expect(failing.filter((k) => !by.includes(k)), context).toEqual([]);
+      if (caught === 'always') expect(failing.length, context).toBeGreaterThan(0);
+      if (failing.length > 0) expect(code, context).toBe(1);
+      else expect(code, context).not.toBe(1);
     }, 600_000);
   }
 });

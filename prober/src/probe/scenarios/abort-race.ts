@@ -34,7 +34,7 @@ import type { AbortAfter } from '../target/client.js';
 import { holdBallast } from './ballast.js';
 import { tokenLine } from './calibration.js';
 import type { ScenarioContext } from './context.js';
-import { exchange, sentBySelf, type Exchange } from './exchange.js';
+import { decoded, exchange, sentBySelf, type Exchange } from './exchange.js';
 import { initialSizing, plant } from './planting.js';
 import { ResultBuilder } from './result-builder.js';
 import { clamp } from './clamp.js';
@@ -121,7 +121,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
     // An identical planter, not aborted: its time to first token spans its prefill and transfer.
     const probe = await plant(ctx, sizing, { tokens: planterTokens, maxTokens: 1, stream: true });
     if (out.add(probe.ex) === undefined) cut = ctx.signal.aborted ? 'deadline' : 'budget';
-    const ttft = probe.ex?.result.transport === 'ok' ? probe.ex.result.ttftMs : undefined;
+    const ttft = probe.ex !== undefined && decoded(probe.ex) ? probe.ex.result.ttftMs : undefined;
     out.note(ttft === undefined ? `no time to first token measured: aborts at fixed moments (${FALLBACK_MS.join(', ')} ms)` : `planter time to first token ${Math.round(ttft)} ms: aborts at ${ABORT_FRACTIONS.map((f) => Math.round(f * 100)).join('/')}% of it`);
     while (cut === undefined && windows < wanted && attempts < maxAttempts && out.findings.length === 0) {
       if (ctx.signal.aborted) {
@@ -181,7 +181,7 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
       for (const r of readers) {
         if (out.add(r) === undefined) continue;
         sent++;
-        if (r!.result.transport === 'ok') ok++;
+        if (decoded(r!)) ok++;
       }
       readersOk += ok;
       readersSent += sent;
@@ -256,7 +256,7 @@ function powerNotes(
     `${n.windows} race window(s) exercised in ${n.attempts} attempt(s) (${n.missed} not counted: planter answered before the abort, or readers failed): ` +
       `${w.midTransfer} mid-transfer, ${w.midStream} mid-stream, ${w.resends} re-send(s) in ${w.resendGroups} group(s); ` +
       `windows that can show a transfer late write ${independent.transfer}, a host-copy race ${independent.copy} (a group of re-sends counted once); ` +
-      `${n.readersOk}/${n.readersSent} readers answered`,
+      `${n.readersOk}/${n.readersSent} readers decoded (answered, or streamed text before an error)`,
     power.basis === 'measured'
       ? `power (measured on the bundled engine's ${ABORT_RACE_MEASURED_FAULTS.join(' and ')}, bench/race-calibration.json): such a race fault firing on ≥${power.detectableRate * 100}% of its eligible events was caught in ≥${power.confidence} of runs of this workload (Wilson 95% lower bound)`
       : `power (scaled from the measured workload of ${n.enough} windows, not measured at ${n.windows}): ≥${power.detectableRate * 100}% of eligible events, probability ${power.confidence}`,

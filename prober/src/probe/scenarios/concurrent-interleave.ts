@@ -50,7 +50,7 @@ import { CONCURRENT_INTERLEAVE_MEASURED_FAULTS, CONCURRENT_INTERLEAVE_WINDOWS, c
 import { holdBallast, type Ballast } from './ballast.js';
 import { tokenLine } from './calibration.js';
 import type { ScenarioContext, Tenant } from './context.js';
-import { exchange, type Exchange } from './exchange.js';
+import { decoded, exchange, type Exchange } from './exchange.js';
 import { DEFAULT_INTERLEAVE_WAVES, interleaveSizes, type InterleaveSizes } from './interleave-sizing.js';
 import { initialSizing, plant, type PlanterSizing } from './planting.js';
 import { ResultBuilder } from './result-builder.js';
@@ -292,7 +292,7 @@ function slotSender(ctx: ScenarioContext, out: ResultBuilder, work: Workload): {
       if (v.state === 'rejected') tally.rejected++;
       return false;
     }
-    if (ex!.result.transport !== 'ok') return false;
+    if (!decoded(ex!)) return false;
     tally.answered++;
     if (slot.role === 'planter') tally.plantersOk++;
     else tally.readersOk++;

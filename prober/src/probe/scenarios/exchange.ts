@@ -148,6 +148,17 @@ export function leakFindings(scenario: string, ex: Exchange): Finding[] {
   );
 }
 
+/**
+ * The endpoint computed the prompt and decoded over it, and what it generated went through the scanner: it
+ * answered in full, or streamed text before an error. The second counts: llama.cpp's chat parser, for one,
+ * rejects an output it has already streamed whole (a generation cut mid-character at max_tokens ends in a
+ * 2xx stream's error event), and the request still held its pages and read them. Scenarios that need the
+ * usage of a complete answer (cached tokens) ask for `transport === 'ok'` instead.
+ */
+export function decoded(ex: Exchange): boolean {
+  return ex.result.transport === 'ok' || ex.result.generatedChars > 0;
+}
+
 /** Billed tokens as the endpoint reported them (0 where it reported none). */
 export function billed(ex: Exchange | undefined): number {
   const u = ex?.result.usage;
