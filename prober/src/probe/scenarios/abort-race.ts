@@ -61,15 +61,51 @@ const FALLBACK_MS = [3, 12, 6, 30, 60, 20];
 
 export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   const out = new ResultBuilder(ABORT_RACE, ctx);
-  const { poolTokens, contextTokens, reachable } = ctx.introspection;
-  if (!reachable) {
+  if (!ctx.introspection.reachable) {
     out.note('endpoint unreachable');
     out.reason = 'unreachable';
     return out.finish('inconclusive');
   }
-  const wanted = ctx.tuning.abortRounds ?? ABORT_RACE_WINDOWS;
-  const enough = ABORT_RACE_WINDOWS;
   const line = await tokenLine(ctx, (ex) => out.add(ex));
+  const plan = planWindows(ctx, line);
+  const ballast = holdBallast(ctx, {
+    tokens: plan.ballastTokens, admitTokens: plan.admitTokens, contextTokens: ctx.introspection.contextTokens ?? plan.admitTokens, line, record: (ex) => out.add(ex), scenario: ABORT_RACE,
+    ...(ctx.tuning.ballastHold !== undefined ? { hold: ctx.tuning.ballastHold } : {}),
+  });
+  out.note(
+    `window: 1 planter of ~${plan.planterTokens} tokens aborted in flight (mid-transfer, mid-stream, or re-sent), then ${plan.readersPerWindow} readers of ~${plan.readerEstimate} tokens` +
+      (plan.ballastTokens > 0 ? `; ballast ~${plan.ballastTokens} tokens in ${ballast.pieces} request(s) (reservation pool ${plan.reservationPool})` : '; no ballast (pool not exposed)'),
+  );
+  const run = new WindowRun();
+  try {
+    await ballast.ensure();
+    await runWindows(ctx, out, plan, run, () => ballast.ensure());
+  } finally {
+    await ballast.release();
+  }
+  out.power = abortRacePower(run.windows, run.tally.windows);
+  for (const note of powerNotes(out.power, run, ballast.borrowed)) out.note(note);
+  const resends = run.resends.note();
+  if (resends !== undefined) out.note(resends);
+  return verdict(out, run);
+}
+
+/** The sizes of one window, from what the endpoint advertises and the prompt calibration. */
+interface WindowPlan {
+  /** Windows to run: the measured workload's, or `abortRounds`. */
+  wanted: number;
+  planterTokens: number;
+  maxTokens: number;
+  readerReps: number;
+  readerEstimate: number;
+  readersPerWindow: number;
+  ballastTokens: number;
+  reservationPool: number | undefined;
+  admitTokens: number;
+}
+
+function planWindows(ctx: ScenarioContext, line: Awaited<ReturnType<typeof tokenLine>>): WindowPlan {
+  const { poolTokens, contextTokens } = ctx.introspection;
   const maxTokens = ctx.tuning.readerMaxTokens ?? 48;
   const bound = Math.min(poolTokens ?? Infinity, contextTokens ?? Infinity);
   const planterTokens = ctx.tuning.planterTokens ?? (Number.isFinite(bound) ? clamp(Math.floor(bound / 2), 256, 4096) : 2048);
@@ -79,7 +115,6 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   const readerTokens = Math.floor(planterTokens / 4);
   const readerReps = line === undefined ? 0 : readerTokens < line.overhead + line.perRepetition ? 0 : repetitionsFor(line, readerTokens);
   const readerEstimate = line === undefined ? 96 : tokensFor(line, readerReps);
-
   // The pool where pages are reserved: decode's where named, else the largest exposed.
   const reservationPool = ctx.introspection.reservationPoolTokens ?? ctx.introspection.largestPoolTokens ?? poolTokens;
   const page = ctx.introspection.pageSize ?? 16;
@@ -88,134 +123,166 @@ export async function abortRace(ctx: ScenarioContext): Promise<ScenarioResult> {
   const ballastTokens =
     line !== undefined && reservationPool !== undefined && ctx.tuning.abortBallast !== false ? Math.max(0, reservationPool - planterReserve - slack) : 0;
   // Readers of one window: together they reserve the planter's pages and the slack in front of them.
-  const readerReserve = readerEstimate + maxTokens;
-  const readersPerWindow = clamp(Math.ceil((planterReserve + slack) / readerReserve) + 1, 4, 64);
-  const admit = Math.min(bound, ctx.introspection.maxInputTokens ?? Infinity);
-  const ballast = holdBallast(ctx, {
-    tokens: ballastTokens, admitTokens: admit, contextTokens: contextTokens ?? admit, line, record: (ex) => out.add(ex), scenario: ABORT_RACE,
-    ...(ctx.tuning.ballastHold !== undefined ? { hold: ctx.tuning.ballastHold } : {}),
-  });
-  out.note(
-    `window: 1 planter of ~${planterTokens} tokens aborted in flight (mid-transfer, mid-stream, or re-sent), then ${readersPerWindow} readers of ~${readerEstimate} tokens` +
-      (ballastTokens > 0 ? `; ballast ~${ballastTokens} tokens in ${ballast.pieces} request(s) (reservation pool ${reservationPool})` : '; no ballast (pool not exposed)'),
-  );
+  const readersPerWindow = clamp(Math.ceil((planterReserve + slack) / (readerEstimate + maxTokens)) + 1, 4, 64);
+  return {
+    wanted: ctx.tuning.abortRounds ?? ABORT_RACE_WINDOWS,
+    planterTokens, maxTokens, readerReps, readerEstimate, readersPerWindow, ballastTokens, reservationPool,
+    admitTokens: Math.min(bound, ctx.introspection.maxInputTokens ?? Infinity),
+  };
+}
 
+/** What the windows reached. */
+class WindowRun {
+  windows = 0;
+  attempts = 0;
+  missed = 0;
+  readersOk = 0;
+  readersSent = 0;
+  cut: 'budget' | 'deadline' | undefined;
+  readonly tally = new WindowTally();
+  readonly resends = new Resends();
+}
+
+async function runWindows(ctx: ScenarioContext, out: ResultBuilder, plan: WindowPlan, run: WindowRun, holdPool: () => Promise<unknown>): Promise<void> {
   const sizing = initialSizing();
-  let windows = 0;
-  const tally = new WindowTally();
-  let attempts = 0;
-  let missed = 0;
-  let readersOk = 0;
-  let readersSent = 0;
-  let cut: 'budget' | 'deadline' | undefined;
-  const maxAttempts = wanted * 2 + 4;
-  let complete: { prompt: string; sent: string[]; estimate: number } | undefined;
-  // Re-sends abort at fractions of the fastest re-send seen answering (a prompt served from a cache answers
-  // far sooner than it prefills). Re-sends that still answer before their abort cannot exercise a load race:
-  // after two in a row the re-send phases give way to fresh planters.
-  let resendTtft: number | undefined;
-  let resendsAnswered = 0;
-  let resendsReplaced = 0;
-  try {
-    await ballast.ensure();
-    // An identical planter, not aborted: its time to first token spans its prefill and transfer.
-    const probe = await plant(ctx, sizing, { tokens: planterTokens, maxTokens: 1, stream: true });
-    if (out.add(probe.ex) === undefined) cut = ctx.signal.aborted ? 'deadline' : 'budget';
-    const ttft = probe.ex !== undefined && decoded(probe.ex) ? probe.ex.result.ttftMs : undefined;
-    out.note(ttft === undefined ? `no time to first token measured: aborts at fixed moments (${FALLBACK_MS.join(', ')} ms)` : `planter time to first token ${Math.round(ttft)} ms: aborts at ${ABORT_FRACTIONS.map((f) => Math.round(f * 100)).join('/')}% of it`);
-    while (cut === undefined && windows < wanted && attempts < maxAttempts && out.findings.length === 0) {
-      if (ctx.signal.aborted) {
-        cut = 'deadline';
-        break;
-      }
-      await ballast.ensure();
-      // A mid-stream abort completes a prompt's KV (an engine with a host tier writes it back); the windows
-      // after it re-send that same prompt and abort it early, while a load of it from the host tier (or its
-      // prefill and transfer) is still landing.
-      const phase = PHASES[attempts % PHASES.length]!;
-      const midStream = phase === 'mid-stream';
-      const resend = phase === 'resend' && resendsAnswered < 2 ? complete : undefined;
-      if (phase === 'resend' && complete !== undefined && resend === undefined) resendsReplaced++;
-      if (phase !== 'resend') complete = undefined;
-      const abortAfter: AbortAfter = midStream
-        ? { chars: 1 + (attempts % 12) }
-        : resend !== undefined && ttft !== undefined
-          ? { ms: Math.max(1, Math.round(Math.min(ttft, resendTtft ?? ttft) * RESEND_FRACTIONS[attempts % RESEND_FRACTIONS.length]!)) }
-          : ttft === undefined
-          ? { ms: FALLBACK_MS[attempts % FALLBACK_MS.length]! }
-          : { ms: Math.max(1, Math.round(ttft * ABORT_FRACTIONS[attempts % ABORT_FRACTIONS.length]!)) };
-      attempts++;
-      let ex: Exchange | undefined;
-      if (resend !== undefined) {
-        ex = await exchange(ctx, { role: 'planter', prompt: resend.prompt, promptTokens: resend.estimate, maxTokens, stream: true, abortAfter });
-        if (ex !== undefined) ex = sentBySelf(ex, resend.sent);
-        const answeredIn = ex !== undefined && ex.result.generatedChars > 0 ? ex.result.ttftMs : undefined;
-        if (answeredIn !== undefined) resendTtft = Math.min(resendTtft ?? Infinity, answeredIn);
-        resendsAnswered = answeredIn !== undefined ? resendsAnswered + 1 : 0;
-      } else {
-        const planted = await plant(ctx, sizing, { tokens: planterTokens, maxTokens, stream: true, abortAfter });
-        ex = planted.ex;
-        if (midStream && ex !== undefined && ex.result.generatedChars > 0) {
-          complete = planted;
-          tally.newGroup();
-        }
-      }
-      if (out.add(ex) === undefined) {
-        cut = ctx.signal.aborted ? 'deadline' : 'budget';
-        break;
-      }
-      // The moment the abort lands: readers, together.
-      const readers = await Promise.all(
-        // Reader i's first half is the same in every window and differs from the other readers': a cache or
-        // host tier that keeps its pages past their release (or copies them after it) serves them to reader i
-        // of the next window, fast. A line new every window ends that shared run, so the second half and the
-        // cue are computed and transferred every time: the served half stays open to a late copy until
-        // decoding starts, and the cue is always the reader's own, so what a polluted page holds is read.
-        // The ledger's reference is this run's (promptRef): no cache serves a reader last run's twin whole.
-        Array.from({ length: readersPerWindow }, (_, i) =>
-          exchange(ctx, { role: 'reader', prompt: `Ledger ${promptRef(ctx.runId, i + 1)}. ${readerPrompt(readerReps, `Entry ${attempts}.${i + 1}.`)}`, promptTokens: readerEstimate + 8, maxTokens, stream: true }),
-        ),
-      );
-      let ok = 0;
-      let sent = 0;
-      for (const r of readers) {
-        if (out.add(r) === undefined) continue;
-        sent++;
-        if (decoded(r!)) ok++;
-      }
-      readersOk += ok;
-      readersSent += sent;
-      if (sent < readersPerWindow && !ctx.signal.aborted) cut = 'budget';
-      // Counted: aborted before it ended (mid-prefill or mid-transfer when no text came; mid-stream otherwise).
-      const inFlight = ex!.result.transport === 'aborted' && (midStream || ex!.result.generatedChars === 0);
-      if (inFlight && ok * 2 > readersPerWindow) {
-        windows++;
-        tally.count(midStream ? 'midStream' : resend !== undefined ? 'resend' : 'midTransfer');
-      } else missed++;
+  // An identical planter, not aborted: its time to first token spans its prefill and transfer.
+  const probe = await plant(ctx, sizing, { tokens: plan.planterTokens, maxTokens: 1, stream: true });
+  if (out.add(probe.ex) === undefined) run.cut = ctx.signal.aborted ? 'deadline' : 'budget';
+  const ttft = probe.ex !== undefined && decoded(probe.ex) ? probe.ex.result.ttftMs : undefined;
+  out.note(ttft === undefined ? `no time to first token measured: aborts at fixed moments (${FALLBACK_MS.join(', ')} ms)` : `planter time to first token ${Math.round(ttft)} ms: aborts at ${ABORT_FRACTIONS.map((f) => Math.round(f * 100)).join('/')}% of it`);
+  const maxAttempts = plan.wanted * 2 + 4;
+  while (run.cut === undefined && run.windows < plan.wanted && run.attempts < maxAttempts && out.findings.length === 0) {
+    if (ctx.signal.aborted) {
+      run.cut = 'deadline';
+      break;
     }
-  } finally {
-    await ballast.release();
+    await holdPool();
+    // A mid-stream abort completes a prompt's KV (an engine with a host tier writes it back); the windows
+    // after it re-send that same prompt and abort it early, while a load of it from the host tier (or its
+    // prefill and transfer) is still landing.
+    const phase = PHASES[run.attempts % PHASES.length]!;
+    const resend = run.resends.pick(phase);
+    const abortAfter = abortMoment(phase, resend !== undefined, run.attempts, ttft, run.resends.fastest);
+    run.attempts++;
+    let ex: Exchange | undefined;
+    if (resend !== undefined) {
+      ex = await exchange(ctx, { role: 'planter', prompt: resend.prompt, promptTokens: resend.estimate, maxTokens: plan.maxTokens, stream: true, abortAfter });
+      if (ex !== undefined) ex = sentBySelf(ex, resend.sent);
+      run.resends.answered(ex);
+    } else {
+      const planted = await plant(ctx, sizing, { tokens: plan.planterTokens, maxTokens: plan.maxTokens, stream: true, abortAfter });
+      ex = planted.ex;
+      if (phase === 'mid-stream' && ex !== undefined && ex.result.generatedChars > 0) {
+        run.resends.completed(planted);
+        run.tally.newGroup();
+      }
+    }
+    if (out.add(ex) === undefined) {
+      run.cut = ctx.signal.aborted ? 'deadline' : 'budget';
+      break;
+    }
+    const readers = await sendReaders(ctx, out, plan, run.attempts);
+    run.readersOk += readers.ok;
+    run.readersSent += readers.sent;
+    if (readers.sent < plan.readersPerWindow && !ctx.signal.aborted) run.cut = 'budget';
+    // Counted: aborted before it ended (mid-prefill or mid-transfer when no text came; mid-stream otherwise).
+    const inFlight = ex!.result.transport === 'aborted' && (phase === 'mid-stream' || ex!.result.generatedChars === 0);
+    if (inFlight && readers.ok * 2 > plan.readersPerWindow) {
+      run.windows++;
+      run.tally.count(phase === 'mid-stream' ? 'midStream' : resend !== undefined ? 'resend' : 'midTransfer');
+    } else run.missed++;
   }
-  out.power = abortRacePower(windows, tally.windows);
-  for (const line of powerNotes(out.power, tally.windows, { windows, attempts, missed, readersOk, readersSent, enough }, ballast.borrowed)) out.note(line);
-  if (resendTtft !== undefined) {
-    out.note(
-      `re-sent planters answered in ${Math.round(resendTtft)} ms at the fastest (served from a cache): their aborts moved to fractions of that` +
-        (resendsReplaced > 0 ? `; still answered before the abort twice in a row, so ${resendsReplaced} re-send(s) gave way to fresh planters` : ''),
+}
+
+/** When a window's planter is aborted: a fraction of the measured time to first token (fixed moments without one). */
+function abortMoment(phase: (typeof PHASES)[number], resend: boolean, attempt: number, ttft: number | undefined, resendTtft: number | undefined): AbortAfter {
+  if (phase === 'mid-stream') return { chars: 1 + (attempt % 12) };
+  if (ttft === undefined) return { ms: FALLBACK_MS[attempt % FALLBACK_MS.length]! };
+  if (resend) return { ms: Math.max(1, Math.round(Math.min(ttft, resendTtft ?? ttft) * RESEND_FRACTIONS[attempt % RESEND_FRACTIONS.length]!)) };
+  return { ms: Math.max(1, Math.round(ttft * ABORT_FRACTIONS[attempt % ABORT_FRACTIONS.length]!)) };
+}
+
+/**
+ * The moment the abort lands: readers, together. Reader i's first half is the same in every window and
+ * differs from the other readers': a cache or host tier that keeps its pages past their release (or copies
+ * them after it) serves them to reader i of the next window, fast. A line new every window ends that shared
+ * run, so the second half and the cue are computed and transferred every time: the served half stays open to
+ * a late copy until decoding starts, and the cue is always the reader's own, so what a polluted page holds is
+ * read. The ledger's reference is this run's (promptRef): no cache serves a reader last run's twin whole.
+ */
+async function sendReaders(ctx: ScenarioContext, out: ResultBuilder, plan: WindowPlan, attempt: number): Promise<{ ok: number; sent: number }> {
+  const readers = await Promise.all(
+    Array.from({ length: plan.readersPerWindow }, (_, i) =>
+      exchange(ctx, {
+        role: 'reader', prompt: `Ledger ${promptRef(ctx.runId, i + 1)}. ${readerPrompt(plan.readerReps, `Entry ${attempt}.${i + 1}.`)}`,
+        promptTokens: plan.readerEstimate + 8, maxTokens: plan.maxTokens, stream: true,
+      }),
+    ),
+  );
+  let ok = 0;
+  let sent = 0;
+  for (const r of readers) {
+    if (out.add(r) === undefined) continue;
+    sent++;
+    if (decoded(r!)) ok++;
+  }
+  return { ok, sent };
+}
+
+/**
+ * The prompt a mid-stream planter completed, re-sent by the windows after it. Re-sends abort at fractions of
+ * the fastest re-send seen answering (a prompt served from a cache answers far sooner than it prefills).
+ * Re-sends that still answer before their abort cannot exercise a load race: after two in a row the re-send
+ * phases give way to fresh planters.
+ */
+class Resends {
+  fastest: number | undefined;
+  private complete: { prompt: string; sent: string[]; estimate: number } | undefined;
+  private answeredInARow = 0;
+  private replaced = 0;
+
+  /** The prompt this phase re-sends, or undefined for a fresh planter. */
+  pick(phase: (typeof PHASES)[number]): { prompt: string; sent: string[]; estimate: number } | undefined {
+    if (phase !== 'resend') {
+      this.complete = undefined;
+      return undefined;
+    }
+    if (this.complete !== undefined && this.answeredInARow >= 2) this.replaced++;
+    return this.answeredInARow < 2 ? this.complete : undefined;
+  }
+
+  completed(planted: { prompt: string; sent: string[]; estimate: number }): void {
+    this.complete = planted;
+  }
+
+  answered(ex: Exchange | undefined): void {
+    const answeredIn = ex !== undefined && ex.result.generatedChars > 0 ? ex.result.ttftMs : undefined;
+    if (answeredIn !== undefined) this.fastest = Math.min(this.fastest ?? Infinity, answeredIn);
+    this.answeredInARow = answeredIn !== undefined ? this.answeredInARow + 1 : 0;
+  }
+
+  note(): string | undefined {
+    if (this.fastest === undefined) return undefined;
+    return (
+      `re-sent planters answered in ${Math.round(this.fastest)} ms at the fastest (served from a cache): their aborts moved to fractions of that` +
+      (this.replaced > 0 ? `; still answered before the abort twice in a row, so ${this.replaced} re-send(s) gave way to fresh planters` : '')
     );
   }
+}
+
+function verdict(out: ResultBuilder, run: WindowRun): ScenarioResult {
   if (out.findings.length > 0) return out.finish('inconclusive'); // fail: findings decide
-  if (cut !== undefined) {
-    out.note(cut === 'budget' ? 'cut short by the token budget: isolation not established (not the endpoint\'s fault)' : 'cut short by the cycle deadline');
-    out.reason = cut;
+  if (run.cut !== undefined) {
+    out.note(run.cut === 'budget' ? 'cut short by the token budget: isolation not established (not the endpoint\'s fault)' : 'cut short by the cycle deadline');
+    out.reason = run.cut;
     return out.finish('inconclusive');
   }
-  if (windows < enough) {
-    out.note(`fewer than the ${enough} windows a pass needs (the workload whose power was measured)`);
+  if (run.windows < ABORT_RACE_WINDOWS) {
+    out.note(`fewer than the ${ABORT_RACE_WINDOWS} windows a pass needs (the workload whose power was measured)`);
     out.reason = 'power';
     return out.finish('inconclusive');
   }
-  if (readersSent === 0 || readersOk * 2 < readersSent) {
+  if (run.readersSent === 0 || run.readersOk * 2 < run.readersSent) {
     out.note('too few readers answered to establish isolation');
     return out.finish('inconclusive');
   }
@@ -244,21 +311,17 @@ class WindowTally {
   }
 }
 
-function powerNotes(
-  power: Power,
-  w: AbortWindows,
-  n: { windows: number; attempts: number; missed: number; readersOk: number; readersSent: number; enough: number },
-  borrowed: ReadonlyMap<string, number>,
-): string[] {
+function powerNotes(power: Power, run: WindowRun, borrowed: ReadonlyMap<string, number>): string[] {
+  const w = run.tally.windows;
   const independent = independentWindows(w);
   return [
     ...[...borrowed].map(([other, times]) => `${other}'s ballast held the pool at ${times} window(s): this scenario's was not started beside it (one ballast an endpoint at a time)`),
-    `${n.windows} race window(s) exercised in ${n.attempts} attempt(s) (${n.missed} not counted: planter answered before the abort, or readers failed): ` +
+    `${run.windows} race window(s) exercised in ${run.attempts} attempt(s) (${run.missed} not counted: planter answered before the abort, or readers failed): ` +
       `${w.midTransfer} mid-transfer, ${w.midStream} mid-stream, ${w.resends} re-send(s) in ${w.resendGroups} group(s); ` +
       `windows that can show a transfer late write ${independent.transfer}, a host-copy race ${independent.copy} (a group of re-sends counted once); ` +
-      `${n.readersOk}/${n.readersSent} readers decoded (answered, or streamed text before an error)`,
+      `${run.readersOk}/${run.readersSent} readers decoded (answered, or streamed text before an error)`,
     power.basis === 'measured'
       ? `power (measured on the bundled engine's ${ABORT_RACE_MEASURED_FAULTS.join(' and ')}, bench/race-calibration.json): such a race fault firing on ≥${power.detectableRate * 100}% of its eligible events was caught in ≥${power.confidence} of runs of this workload (Wilson 95% lower bound)`
-      : `power (scaled from the measured workload of ${n.enough} windows, not measured at ${n.windows}): ≥${power.detectableRate * 100}% of eligible events, probability ${power.confidence}`,
+      : `power (scaled from the measured workload of ${ABORT_RACE_WINDOWS} windows, not measured at ${run.windows}): ≥${power.detectableRate * 100}% of eligible events, probability ${power.confidence}`,
   ];
 }
