@@ -351,20 +351,25 @@ describe('report', () => {
 });
 
 describe('a tiny real run', () => {
+  // The marker signal is a per-cycle probability: 99 of 100 cycles at this scale (runSeries, 100 cycles,
+  // 2026-12-05), so both of two cycles catch it 98% of the time and at least one 99.99%. The rejection signal
+  // is deterministic.
   it('two cycles of incident × overlimit-handoff: both signals fire, and the ground truth joins to the flags', async () => {
     const incident = ALL_CELLS.find((c) => c.id === 'incident')!;
     const r = await runSeries({ cell: incident, scenario: 'overlimit-handoff', cycles: 2, scale: 64 });
     expect(r.available).toBe(true);
     const s = r.summary!;
     expect(s.cycles).toBe(2);
-    expect(r.markerTrace).toBe('11');
+    expect(r.markerTrace).toMatch(/^[01]{2}$/);
+    expect(r.markerTrace).toContain('1');
     expect(r.rejectionTrace).toBe('11');
     expect(s.tokens.sentPerCycle).toBeGreaterThan(0);
     expect(s.truth!.exposedResponses).toBeGreaterThanOrEqual(2);
     expect(s.truth!.unmatched).toBe(0);
     expect(s.truth!.recallRejection.successes).toBe(s.truth!.exposedResponses);
-    // The marker signal flagged responses that really read planted pages, and some carried a whole marker.
-    expect(s.truth!.recallMarker.successes).toBeGreaterThanOrEqual(2);
+    // The marker signal flagged responses that really read planted pages (at least one in every cycle it
+    // fired), and some carried a whole marker.
+    expect(s.truth!.recallMarker.successes).toBeGreaterThanOrEqual(r.markerTrace!.replace(/0/g, '').length);
     expect(s.truth!.wholeMarkerCopies).toBeGreaterThanOrEqual(1);
   }, 60_000);
 
