@@ -103,7 +103,8 @@ describe('fault admission-checks-finished (the incident)', () => {
   it('answers an over-pool prompt with a 200 that continues another request’s marker, read through attention', async () => {
     const e = await startEngine({ preset: 'incident', scale: 64 });
     running.push(e);
-    const p = await plantThenOverLimitTries(e);
+    // Six tries, as the defense table gives each row: the foreign text is a per-try chance, the page reads are not.
+    const p = await plantThenOverLimitTries(e, 6);
     expect(p.status).toBe(200);
     expect(p.foreignText).toBe(true);
     expect(p.foreignPageReads).toBeGreaterThan(0);
@@ -112,7 +113,7 @@ describe('fault admission-checks-finished (the incident)', () => {
     const mine = log.exposures.filter((x) => x.reader === reader);
     expect(mine.length).toBeGreaterThan(0);
     // Only planters wrote what the reader read: each try is four planters then one over-limit request, so
-    // ids 5, 10, 15 are the over-limit ones and every other id below the reader's is a planter's.
+    // ids 5, 10, 15, … are the over-limit ones and every other id below the reader's is a planter's.
     expect(mine.every((x) => x.writers.every((w) => w >= 1 && w < reader && w % 5 !== 0))).toBe(true);
     expect(await (await fetch(`${e.url}/metrics`)).text()).toMatch(/^kvcanary_engine_foreign_page_reads_total [1-9]\d*$/m);
     // Prefill transferred one token (the placeholder); decode read the whole reservation.

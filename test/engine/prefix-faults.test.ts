@@ -155,10 +155,15 @@ describe('prefix-cache faults and their defenses', () => {
 
   it('prompt-cache-restore-race: a stale entry restores pages another request wrote; restore-fencing stops it', async () => {
     const small = { poolTokens: 2048, contextTokens: 2048 };
-    const leaky = await staleRestore(await start({ ...small, faults: ['prompt-cache-restore-race'] }));
-    expect(leaky.cached).toBeGreaterThan(0);
-    expect(leaky.foreignReads).toBeGreaterThan(0);
-    expect(leaky.foreignText).toBe(true);
+    // Every trial restores foreign pages (the counter); the answer shows their text in 99 of 100
+    // (engine-under-test/bench/results/prefix-fault-rates.json). Up to three trials on fresh engines: all read, one shows.
+    const trials: Outcome[] = [];
+    for (let i = 0; i < 3 && !trials.some((t) => t.foreignText); i++) trials.push(await staleRestore(await start({ ...small, faults: ['prompt-cache-restore-race'] })));
+    for (const leaky of trials) {
+      expect(leaky.cached).toBeGreaterThan(0);
+      expect(leaky.foreignReads).toBeGreaterThan(0);
+    }
+    expect(trials.some((t) => t.foreignText)).toBe(true);
     const fenced = await start({ ...small, faults: ['prompt-cache-restore-race'], defenses: ['restore-fencing'] });
     expect(await staleRestore(fenced)).toEqual({ cached: 0, foreignReads: 0, foreignText: false });
     expect(fenced.engine.stats().prefixCache?.staleRestoresRefused).toBeGreaterThan(0);

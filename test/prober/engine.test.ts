@@ -29,16 +29,23 @@ async function probe(options: StartEngineOptions, extra: string[] = []): Promise
 
 describe('kvcanary run against the bundled engine', () => {
   it('incident: exit 1 with cross-request-leak, rejection-not-enforced and pool-below-context', async () => {
-    const { code, doc, kinds } = await probe({ preset: 'incident' });
-    expect(code).toBe(1);
-    expect(doc.outcome).toBe('fail');
-    expect([...kinds].sort()).toEqual(['cross-request-leak', 'pool-below-context', 'rejection-not-enforced']);
-    const leak = doc.findings.find((f) => f.kind === 'cross-request-leak')!;
-    expect(leak.scenario).toBe('overlimit-handoff');
-    expect(leak.chance).toBeLessThan(1e-6);
-    expect(leak.evidence.planted!.requestId).not.toBe(leak.evidence.read!.requestId);
-    expect((leak.evidence.excerpt ?? '').length).toBeLessThanOrEqual(200);
-  }, 120_000);
+    // The rejection and the pool are certain in every run; the marker leak is a per-cycle chance (99 of 100
+    // cycles at this scale, bench's runSeries): up to three runs on fresh engines, one must show it.
+    let leak: RunDoc['findings'][number] | undefined;
+    for (let run = 0; run < 3 && leak === undefined; run++) {
+      await engine?.close();
+      const { code, doc, kinds } = await probe({ preset: 'incident' });
+      expect(code).toBe(1);
+      expect(doc.outcome).toBe('fail');
+      expect([...kinds].filter((k) => k !== 'cross-request-leak').sort()).toEqual(['pool-below-context', 'rejection-not-enforced']);
+      leak = doc.findings.find((f) => f.kind === 'cross-request-leak');
+    }
+    expect(leak).toBeDefined();
+    expect(leak!.scenario).toBe('overlimit-handoff');
+    expect(leak!.chance).toBeLessThan(1e-6);
+    expect(leak!.evidence.planted!.requestId).not.toBe(leak!.evidence.read!.requestId);
+    expect((leak!.evidence.excerpt ?? '').length).toBeLessThanOrEqual(200);
+  }, 300_000);
 
   it('remediated: exit 0, every scenario passes', async () => {
     const { code, doc } = await probe({ preset: 'remediated' });
@@ -143,10 +150,19 @@ describe('prefix-collision against the bundled engine', () => {
   };
 
   it('weak-prefix-hash: a reordered prompt is served the plant\'s cached pages (prefix-cache-collision) and their text', async () => {
-    const { code, doc } = await run({ preset: 'single', faults: ['weak-prefix-hash'] });
-    expect(new Set(doc.findings.map((f) => f.kind))).toEqual(new Set(['prefix-cache-collision', 'cross-request-leak']));
-    expect(code).toBe(1);
-  }, 120_000);
+    // The collision shows in every run; the plant's text in the collider's answer is a per-cycle chance (48 of
+    // 50, bench/REPORT.md): up to three runs on fresh engines, one must show it.
+    let leaked = false;
+    for (let i = 0; i < 3 && !leaked; i++) {
+      await engine?.close();
+      const { code, doc } = await run({ preset: 'single', faults: ['weak-prefix-hash'] });
+      const kinds = new Set(doc.findings.map((f) => f.kind));
+      expect([...kinds].filter((k) => k !== 'cross-request-leak')).toEqual(['prefix-cache-collision']);
+      expect(code).toBe(1);
+      leaked = kinds.has('cross-request-leak');
+    }
+    expect(leaked).toBe(true);
+  }, 300_000);
 
   it('strong-prefix-hash on the same fault, and the plain single preset: pass (the control showed reuse)', async () => {
     for (const options of [{ preset: 'single', faults: ['weak-prefix-hash'], defenses: ['strong-prefix-hash'] }, { preset: 'single' }]) {
