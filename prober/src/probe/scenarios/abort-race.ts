@@ -283,7 +283,7 @@ function verdict(out: ResultBuilder, run: WindowRun): ScenarioResult {
     return out.finish('inconclusive');
   }
   if (run.readersSent === 0 || run.readersOk * 2 < run.readersSent) {
-    out.note('too few readers answered to establish isolation');
+    out.note('too few readers decoded to establish isolation');
     return out.finish('inconclusive');
   }
   return out.finish('pass');
