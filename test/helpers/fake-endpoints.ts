@@ -73,9 +73,10 @@ function promptOf(body: Record<string, unknown>): string {
  */
 /**
  * `errorAfterText`: a streamed answer ends with an error event after its whole text, as llama.cpp's chat
- * parser ends one whose generation was cut mid-character at max_tokens (`data: {"error": …}`, status 200).
+ * parser ends one whose generation was cut mid-character at max_tokens (`data: {"error": …}`, status 200);
+ * `errorAfterChars`: after only that many characters of it.
  */
-export async function echoNoiseServer(opts: { context?: number; seed?: number; prefillMsPerToken?: number; errorAfterText?: boolean } = {}): Promise<FakeServer> {
+export async function echoNoiseServer(opts: { context?: number; seed?: number; prefillMsPerToken?: number; errorAfterText?: boolean; errorAfterChars?: number } = {}): Promise<FakeServer> {
   const context = opts.context ?? 8192;
   let s = opts.seed ?? 1;
   const rand = (): number => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32);
@@ -120,7 +121,8 @@ export async function echoNoiseServer(opts: { context?: number; seed?: number; p
     json(404, { error: { message: 'not found', type: 'NotFoundError', code: 404 } });
     function answer(b: Record<string, unknown>, prompt: string, n: number, maxTokens: number): void {
       const own = prompt.match(/kvcanary-[a-z2-7]{26}/g) ?? [];
-      const text = (own.length > 0 ? own[Math.floor(rand() * own.length)] + ' ' : '') + noise(rand, maxTokens * 3);
+      const whole = (own.length > 0 ? own[Math.floor(rand() * own.length)] + ' ' : '') + noise(rand, maxTokens * 3);
+      const text = opts.errorAfterChars === undefined ? whole : whole.slice(0, opts.errorAfterChars);
       const chat = req.url === '/v1/chat/completions';
       const usage = { prompt_tokens: n, completion_tokens: maxTokens, total_tokens: n + maxTokens };
       if (b['stream'] === true) {
@@ -130,7 +132,7 @@ export async function echoNoiseServer(opts: { context?: number; seed?: number; p
           const choice = chat ? { index: 0, delta: { content: piece }, finish_reason: null } : { index: 0, text: piece, finish_reason: null };
           res.write(`data: ${JSON.stringify({ id: 'x', object: chat ? 'chat.completion.chunk' : 'text_completion', choices: [choice] })}\n\n`);
         }
-        if (opts.errorAfterText === true) {
+        if (opts.errorAfterText === true || opts.errorAfterChars !== undefined) {
           const error = { code: 500, message: 'The model produced output that does not match the expected Content-only format', type: 'server_error' };
           res.end(`data: ${JSON.stringify({ error })}\n\n`);
           return;

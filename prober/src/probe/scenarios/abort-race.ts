@@ -148,7 +148,8 @@ async function runWindows(ctx: ScenarioContext, out: ResultBuilder, plan: Window
   // An identical planter, not aborted: its time to first token spans its prefill and transfer.
   const probe = await plant(ctx, sizing, { tokens: plan.planterTokens, maxTokens: 1, stream: true });
   if (out.add(probe.ex) === undefined) run.cut = ctx.signal.aborted ? 'deadline' : 'budget';
-  const ttft = probe.ex !== undefined && decoded(probe.ex) ? probe.ex.result.ttftMs : undefined;
+  // Any text at all dates the first token (the probe asks for one), whatever ended the stream after it.
+  const ttft = probe.ex !== undefined && (probe.ex.result.transport === 'ok' || probe.ex.result.generatedChars > 0) ? probe.ex.result.ttftMs : undefined;
   out.note(ttft === undefined ? `no time to first token measured: aborts at fixed moments (${FALLBACK_MS.join(', ')} ms)` : `planter time to first token ${Math.round(ttft)} ms: aborts at ${ABORT_FRACTIONS.map((f) => Math.round(f * 100)).join('/')}% of it`);
   const maxAttempts = plan.wanted * 2 + 4;
   while (run.cut === undefined && run.windows < plan.wanted && run.attempts < maxAttempts && out.findings.length === 0) {
@@ -224,7 +225,7 @@ async function sendReaders(ctx: ScenarioContext, out: ResultBuilder, plan: Windo
   for (const r of readers) {
     if (out.add(r) === undefined) continue;
     sent++;
-    if (decoded(r!)) ok++;
+    if (decoded(r!, ctx.registry.fragmentLength)) ok++;
   }
   return { ok, sent };
 }
@@ -319,7 +320,7 @@ function powerNotes(power: Power, run: WindowRun, borrowed: ReadonlyMap<string, 
     `${run.windows} race window(s) exercised in ${run.attempts} attempt(s) (${run.missed} not counted: planter answered before the abort, or readers failed): ` +
       `${w.midTransfer} mid-transfer, ${w.midStream} mid-stream, ${w.resends} re-send(s) in ${w.resendGroups} group(s); ` +
       `windows that can show a transfer late write ${independent.transfer}, a host-copy race ${independent.copy} (a group of re-sends counted once); ` +
-      `${run.readersOk}/${run.readersSent} readers decoded (answered, or streamed text before an error)`,
+      `${run.readersOk}/${run.readersSent} readers decoded (answered, or streamed a marker fragment's length of text before an error)`,
     power.basis === 'measured'
       ? `power (measured on the bundled engine's ${ABORT_RACE_MEASURED_FAULTS.join(' and ')}, bench/race-calibration.json): such a race fault firing on ≥${power.detectableRate * 100}% of its eligible events was caught in ≥${power.confidence} of runs of this workload (Wilson 95% lower bound)`
       : `power (scaled from the measured workload of ${ABORT_RACE_WINDOWS} windows, not measured at ${run.windows}): ≥${power.detectableRate * 100}% of eligible events, probability ${power.confidence}`,

@@ -292,7 +292,7 @@ function slotSender(ctx: ScenarioContext, out: ResultBuilder, work: Workload): {
       if (v.state === 'rejected') tally.rejected++;
       return false;
     }
-    if (!decoded(ex!)) return false;
+    if (!decoded(ex!, ctx.registry.fragmentLength)) return false;
     tally.answered++;
     if (slot.role === 'planter') tally.plantersOk++;
     else tally.readersOk++;

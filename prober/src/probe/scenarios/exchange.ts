@@ -150,13 +150,15 @@ export function leakFindings(scenario: string, ex: Exchange): Finding[] {
 
 /**
  * The endpoint computed the prompt and decoded over it, and what it generated went through the scanner: it
- * answered in full, or streamed text before an error. The second counts: llama.cpp's chat parser, for one,
- * rejects an output it has already streamed whole (a generation cut mid-character at max_tokens ends in a
- * 2xx stream's error event), and the request still held its pages and read them. Scenarios that need the
- * usage of a complete answer (cached tokens) ask for `transport === 'ok'` instead.
+ * answered in full, or streamed at least a fragment's worth of text (`fragmentLength`, the shortest piece of a
+ * marker the scanner reports) before an error. The second counts: llama.cpp's chat parser, for one, rejects
+ * an output it has already streamed whole (a generation cut mid-character at max_tokens ends in a 2xx
+ * stream's error event), and the request still held its pages and read them. A stream cut shorter than a
+ * fragment could not have shown a leak, so it does not count. Scenarios that need the usage of a complete
+ * answer (cached tokens) ask for `transport === 'ok'` instead.
  */
-export function decoded(ex: Exchange): boolean {
-  return ex.result.transport === 'ok' || ex.result.generatedChars > 0;
+export function decoded(ex: Exchange, fragmentLength: number): boolean {
+  return ex.result.transport === 'ok' || ex.result.generatedChars >= fragmentLength;
 }
 
 /** Billed tokens as the endpoint reported them (0 where it reported none). */
